@@ -1,0 +1,45 @@
+# Thin wrapper around CMake. `make` = CPU build, `make test` = everything CI runs.
+JOBS ?= $(shell nproc)
+CUDA_ARCH ?= 90
+GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
+CMAKE_FLAGS ?=
+
+.PHONY: all setup build test test-asan cuda demo fuzz bench clean
+
+all: build
+
+setup:
+	@bash scripts/setup.sh
+
+build/CMakeCache.txt:
+	cmake -S . -B build $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+
+build: setup build/CMakeCache.txt
+	cmake --build build -j $(JOBS)
+
+# Sanitizer build of the input-facing parsers; the main test suite runs its binaries.
+build-asan/CMakeCache.txt:
+	cmake -S . -B build-asan $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDS4_SANITIZE=ON -DDS4_BENCH=OFF $(CMAKE_FLAGS)
+
+test-asan: setup build-asan/CMakeCache.txt
+	cmake --build build-asan -j $(JOBS) --target ds4_asan_targets
+
+test: build test-asan
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+cuda: setup
+	cmake -S . -B build-cuda $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH) -DDS4_TESTS=OFF -DDS4_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-cuda -j $(JOBS)
+
+fuzz: setup
+	CC=clang CXX=clang++ cmake -S . -B build-fuzz $(GENERATOR) -DDS4_FUZZ=ON -DDS4_TESTS=OFF -DDS4_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build build-fuzz -j $(JOBS) --target ds4_fuzz_targets
+
+bench: build
+	@for b in build/bench/*; do [ -x "$$b" ] && "$$b"; done
+
+demo: build
+	@bash scripts/demo.sh
+
+clean:
+	rm -rf build build-asan build-cuda build-fuzz
