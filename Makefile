@@ -1,6 +1,8 @@
 # Thin wrapper around CMake. `make` = CPU build, `make test` = everything CI runs.
 JOBS ?= $(shell nproc)
 CUDA_ARCH ?= 90
+# nvcc is often installed outside PATH.
+export PATH := $(PATH):/usr/local/cuda/bin
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_FLAGS ?=
 
@@ -9,7 +11,7 @@ CMAKE_FLAGS ?=
 all: build
 
 setup:
-	@bash scripts/setup.sh
+	@[ -n "$$DS4_SKIP_SETUP" ] || bash scripts/setup.sh
 
 build/CMakeCache.txt:
 	cmake -S . -B build $(GENERATOR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
@@ -28,6 +30,7 @@ test: build test-asan
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 cuda: setup
+	@command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || { echo 'make cuda: nvcc not found (install the CUDA toolkit)'; exit 1; }
 	cmake -S . -B build-cuda $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH) -DDS4_TESTS=OFF -DDS4_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-cuda -j $(JOBS)
 
