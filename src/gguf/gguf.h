@@ -50,6 +50,23 @@ struct Value {
   static Value string(std::string s);
   static Value array(ValueType elem_type, std::vector<Value> items);
   static Value string_array(const std::vector<std::string>& items);
+
+  // Structural equality: same stored type, same value (floats compared bit for bit as double,
+  // so a NaN equals itself), same array element type and items.
+  friend bool operator==(const Value& a, const Value& b);
+};
+
+// Human-readable type of a value, e.g. "u32", "string", "array[i32]", "array[array]".
+std::string describe_type(const Value& v);
+
+// Bounds the reader enforces so a hostile header cannot make it allocate without limit.
+// Each is far above what a real model file needs (DeepSeek V4: ~520k metadata array items,
+// ~2 MB of strings, 1-level arrays).
+struct Limits {
+  static constexpr uint32_t max_array_depth = 8;                    // array of array of ... (levels)
+  static constexpr uint64_t max_metadata_items = 1ull << 22;        // array elements in all metadata
+  static constexpr uint64_t max_metadata_string_bytes = 256ull << 20;  // keys + string values
+  static constexpr size_t max_tensor_name = 63;                     // ggml's GGML_MAX_NAME - 1
 };
 
 struct KeyValue {
@@ -66,6 +83,7 @@ struct TensorInfo {
   const uint8_t* data = nullptr;  // reader only: points into the mapping
 
   uint64_t n_elements() const;
+  uint64_t file_offset = 0;   // reader only: absolute offset of the data in the file
 };
 
 class File {
@@ -102,9 +120,10 @@ class File {
   File& operator=(File&&) noexcept;
   ~File();
 
+  struct Impl;  // opaque; defined inside ds4_gguf
+
  private:
   File();
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
