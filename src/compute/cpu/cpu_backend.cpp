@@ -1,0 +1,192 @@
+// CPU implementation of the backend ops: scalar C++ over the thread pool. Quantized dot
+// products come from ds4_quant (AVX2 where the CPU has it).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "compute/backend.h"
+#include "compute/cpu/float_dot.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "quant/quant.h"
+
+namespace ds4::compute {
+
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  const char* name() const override { return "cpu"; }
+
+  void matmul(const Matrix& w, const float* x, int64_t rows, float* y) override;
+  void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) override;
+  void rope_tail(float* x, int64_t n_heads, int64_t head_dim, std::span<const double> freqs, int64_t pos,
+                 bool inverse) override;
+  void sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks, float scale,
+                      float* out) override;
+  void hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) override;
+  void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
+               float* Xout) override;
+  void swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) override;
+  void softmax_pool(const float* const* values, const float* const* scores, int64_t slots, int64_t n,
+                    float* out) override;
+
+ private:
+  void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool_) pool_->parallel_for(n, grain, fn);
+    else fn(0, n);
+  }
+  ThreadPool* pool_;
+  std::vector<uint8_t> act_buf_;
+};
+
+bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
+
+void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y) {
+  if (rows <= 0 || w.n_out <= 0) return;
+  // About 64K multiply-adds per chunk keeps the pool's overhead small on toy shapes.
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, w.n_in * rows));
+  if (is_float_type(w.type)) {
+    parallel(w.n_out, grain, [&](int64_t o0, int64_t o1) {
+      for (int64_t o = o0; o < o1; ++o) {
+        const uint8_t* wr = w.row(o);
+        for (int64_t r = 0; r < rows; ++r) y[r * w.n_out + o] = float_row_dot(w.type, wr, x + r * w.n_in, w.n_in);
+      }
+    });
+    return;
+  }
+  const GgmlType at = quant::vec_dot_type(w.type);
+  const size_t abytes = row_bytes(traits(at), static_cast<uint64_t>(w.n_in));
+  act_buf_.resize(abytes * static_cast<size_t>(rows));
+  uint8_t* acts = act_buf_.data();
+  parallel(rows, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) quant::quantize_activation_row(at, x + r * w.n_in, acts + r * abytes, w.n_in);
+  });
+  parallel(w.n_out, grain, [&](int64_t o0, int64_t o1) {
+    for (int64_t o = o0; o < o1; ++o) {
+      const uint8_t* wr = w.row(o);
+      for (int64_t r = 0; r < rows; ++r) y[r * w.n_out + o] = quant::vec_dot(w.type, wr, acts + r * abytes, w.n_in);
+    }
+  });
+}
+
+void CpuBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double ss = 0;
+    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+    if (w) {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv * w[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv;
+    }
+  }
+}
+
+void CpuBackend::rope_tail(float* x, int64_t n_heads, int64_t head_dim, std::span<const double> freqs, int64_t pos,
+                           bool inverse) {
+  const int64_t n_rot = static_cast<int64_t>(freqs.size()) * 2;
+  const int64_t first = head_dim - n_rot;
+  // Angles directly as pos * f_k in double (trap 19: no iterative products).
+  std::vector<float> c(freqs.size()), s(freqs.size());
+  for (size_t k = 0; k < freqs.size(); ++k) {
+    double th = static_cast<double>(pos) * freqs[k];
+    c[k] = static_cast<float>(std::cos(th));
+    s[k] = static_cast<float>(inverse ? -std::sin(th) : std::sin(th));
+  }
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float* t = x + h * head_dim + first;
+    for (size_t k = 0; k < freqs.size(); ++k) {
+      float x0 = t[2 * k], x1 = t[2 * k + 1];
+      t[2 * k] = x0 * c[k] - x1 * s[k];
+      t[2 * k + 1] = x0 * s[k] + x1 * c[k];
+    }
+  }
+}
+
+void CpuBackend::sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks,
+                                float scale, float* out) {
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, head_dim * (kv.count + 1)));
+  parallel(n_heads, grain, [&](int64_t h0, int64_t h1) {
+    std::vector<float> s(static_cast<size_t>(kv.count));
+    for (int64_t h = h0; h < h1; ++h) {
+      const float* qh = q + h * head_dim;
+      float m = sinks[h];
+      for (int64_t k = 0; k < kv.count; ++k) {
+        s[k] = float_dot_f32(qh, kv.rows[k], head_dim) * scale;
+        m = std::max(m, s[k]);
+      }
+      float denom = std::exp(sinks[h] - m);
+      float* oh = out + h * head_dim;
+      std::fill(oh, oh + head_dim, 0.0f);
+      for (int64_t k = 0; k < kv.count; ++k) {
+        float e = std::exp(s[k] - m);
+        denom += e;
+        const float* v = kv.rows[k];
+        for (int64_t i = 0; i < head_dim; ++i) oh[i] += e * v[i];
+      }
+      const float inv = 1.0f / denom;
+      for (int64_t i = 0; i < head_dim; ++i) oh[i] *= inv;
+    }
+  });
+}
+
+void CpuBackend::hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) {
+  for (int64_t i = 0; i < n; ++i) {
+    float acc = 0;
+    for (int s = 0; s < n_hc; ++s) acc += pre[s] * X[s * n + i];
+    x_in[i] = acc;
+  }
+}
+
+void CpuBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
+                         float* Xout) {
+  for (int j = 0; j < n_hc; ++j) {
+    float* o = Xout + j * n;
+    for (int64_t d = 0; d < n; ++d) {
+      float acc = post[j] * y[d];
+      for (int i = 0; i < n_hc; ++i) acc += comb[i * n_hc + j] * X[i * n + d];
+      o[d] = acc;
+    }
+  }
+}
+
+void CpuBackend::swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) {
+  for (int64_t i = 0; i < n; ++i) {
+    float gv = g[i], uv = u[i];
+    if (limit > 0) {
+      gv = std::min(gv, limit);
+      uv = std::clamp(uv, -limit, limit);
+    }
+    float silu = gv / (1.0f + std::exp(-gv));
+    h[i] = silu * uv * weight;
+  }
+}
+
+void CpuBackend::softmax_pool(const float* const* values, const float* const* scores, int64_t slots, int64_t n,
+                              float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    float m = -INFINITY;
+    for (int64_t s = 0; s < slots; ++s) m = std::max(m, scores[s][j]);
+    if (m == -INFINITY) {
+      out[j] = 0;
+      continue;
+    }
+    float den = 0, num = 0;
+    for (int64_t s = 0; s < slots; ++s) {
+      float e = std::exp(scores[s][j] - m);
+      den += e;
+      num += e * values[s][j];
+    }
+    out[j] = num / den;
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return std::make_unique<CpuBackend>(pool); }
+
+}  // namespace ds4::compute

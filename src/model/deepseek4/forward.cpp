@@ -1,0 +1,158 @@
+#include "model/deepseek4/forward.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "compute/numerics.h"
+#include "core/error.h"
+#include "core/fp16.h"
+#include "quant/quant.h"
+
+namespace ds4::model::deepseek4 {
+
+namespace {
+
+// One row of a matrix as f32 (embedding lookup, ape rows).
+void decode_row(const compute::Matrix& m, int64_t r, float* out) {
+  const uint8_t* src = m.row(r);
+  switch (m.type) {
+    case GgmlType::F32: std::memcpy(out, src, static_cast<size_t>(m.n_in) * sizeof(float)); break;
+    case GgmlType::F16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < m.n_in; ++i) out[i] = fp16_to_fp32(h[i]);
+      break;
+    }
+    case GgmlType::BF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < m.n_in; ++i) out[i] = bf16_to_fp32(h[i]);
+      break;
+    }
+    default: quant::dequantize_row(m.type, src, out, m.n_in);
+  }
+}
+
+float inv_rms(const float* x, int64_t n, float eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+}
+
+float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+
+}  // namespace
+
+void row_as_f32(const compute::Matrix& m, int64_t r, float* out) { decode_row(m, r, out); }
+
+void Forward::embed(std::vector<float>& X) {
+  const int64_t d = hp_.n_embd, hc = hp_.n_hc;
+  X.resize(static_cast<size_t>(n_ * hc * d));
+  for (int64_t t = 0; t < n_; ++t) {
+    float* x0 = X.data() + t * hc * d;
+    decode_row(w_.token_embd, tokens_[t], x0);
+    for (int64_t s = 1; s < hc; ++s) std::memcpy(x0 + s * d, x0, static_cast<size_t>(d) * sizeof(float));
+  }
+}
+
+HcMix Forward::hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const std::vector<float>& X) {
+  const int64_t d = hp_.n_embd;
+  const int hc = hp_.n_hc;
+  const int64_t n_mix = fn.n_out;
+  std::vector<float> mix(static_cast<size_t>(n_ * n_mix));
+  be_.matmul(fn, X.data(), n_, mix.data());
+  HcMix out;
+  out.x_in.resize(static_cast<size_t>(n_ * d));
+  out.post.resize(static_cast<size_t>(n_ * hc));
+  out.comb.resize(static_cast<size_t>(n_ * hc * hc));
+  std::vector<float> pre(static_cast<size_t>(hc));
+  for (int64_t t = 0; t < n_; ++t) {
+    const float* Xt = X.data() + t * hc * d;
+    float* mt = mix.data() + t * n_mix;
+    // The RMS of all streams scales the mixes only; the streams are summed un-normalized.
+    const float r = inv_rms(Xt, hc * d, hp_.rms_eps);
+    for (int64_t k = 0; k < n_mix; ++k) mt[k] *= r;
+    compute::hc_split_mix(mt, scale, base, hc, hp_.sinkhorn_iters, hp_.hc_eps, pre.data(), out.post.data() + t * hc,
+                          out.comb.data() + t * hc * hc);
+    be_.hc_weighted_sum(Xt, pre.data(), hc, d, out.x_in.data() + t * d);
+  }
+  return out;
+}
+
+void Forward::hc_post(const HcMix& mix, const std::vector<float>& y, const std::vector<float>& X,
+                      std::vector<float>& Xout) {
+  const int64_t d = hp_.n_embd;
+  const int hc = hp_.n_hc;
+  Xout.resize(X.size());
+  for (int64_t t = 0; t < n_; ++t)
+    be_.hc_post(y.data() + t * d, X.data() + t * hc * d, mix.post.data() + t * hc, mix.comb.data() + t * hc * hc, hc, d,
+                Xout.data() + t * hc * d);
+}
+
+void Forward::head(const std::vector<float>& X, int64_t first_row, float* logits) {
+  const int64_t d = hp_.n_embd;
+  const int hc = hp_.n_hc;
+  const int64_t rows = n_ - first_row;
+  const float* Xr = X.data() + first_row * hc * d;
+  std::vector<float> mix(static_cast<size_t>(rows * hc));
+  be_.matmul(w_.output_hc_fn, Xr, rows, mix.data());
+  std::vector<float> h(static_cast<size_t>(rows * d));
+  std::vector<float> pre(static_cast<size_t>(hc));
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* Xt = Xr + t * hc * d;
+    const float r = inv_rms(Xt, hc * d, hp_.rms_eps);
+    for (int i = 0; i < hc; ++i)
+      pre[i] = sigmoid(mix[t * hc + i] * r * w_.output_hc_scale[0] + w_.output_hc_base[i]) + hp_.hc_eps;
+    be_.hc_weighted_sum(Xt, pre.data(), hc, d, h.data() + t * d);
+  }
+  be_.rms_norm(h.data(), w_.output_norm, d, rows, hp_.rms_eps, h.data());
+  be_.matmul(w_.output, h.data(), rows, logits);
+}
+
+void Forward::run(float* logits_all) {
+  std::vector<float> X, Xn;
+  embed(X);
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    attention_layer(il, X, Xn);
+    X.swap(Xn);
+    ffn_layer(il, X, Xn);
+    X.swap(Xn);
+  }
+  const int64_t V = hp_.n_vocab;
+  if (logits_all) {
+    head(X, 0, logits_all);
+    st_.logits.assign(logits_all + (n_ - 1) * V, logits_all + n_ * V);
+  } else {
+    st_.logits.resize(static_cast<size_t>(V));
+    head(X, n_ - 1, st_.logits.data());
+  }
+  st_.n_pos += n_;
+  st_.tokens.insert(st_.tokens.end(), tokens_.begin(), tokens_.end());
+}
+
+// ---- Model ----
+
+Model::Model(gguf::File file, Options opt) : file_(std::move(file)), opt_(opt) {
+  hp_ = HParams::from_gguf(file_);
+  w_ = Weights::bind(file_, hp_);
+  freqs_swa_ = compute::rope_frequencies(hp_.rope_swa);
+  freqs_compressed_ = compute::rope_frequencies(hp_.rope_compressed);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, Options opt) {
+  return from_file(gguf::File::open(path), opt);
+}
+
+std::unique_ptr<Model> Model::from_file(gguf::File file, Options opt) {
+  return std::unique_ptr<Model>(new Model(std::move(file), opt));
+}
+
+void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const {
+  if (tokens.empty()) return;
+  if (state.layers.size() != static_cast<size_t>(hp_.n_layer))
+    fail("deepseek4: session state has {} layers, the model {}", state.layers.size(), hp_.n_layer);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
+      fail("deepseek4: token {} (index {} of the batch) is outside the vocabulary [0, {})", tokens[i], i, hp_.n_vocab);
+  Forward(*this, be, state, tokens).run(logits_all);
+}
+
+}  // namespace ds4::model::deepseek4

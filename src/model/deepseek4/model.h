@@ -1,0 +1,52 @@
+#pragma once
+// DeepSeek V4 model: hyperparameters + bound weights over a mapped GGUF, and the forward pass
+// (spec §6-§7) written against compute::Backend. A Model is immutable after load; all mutable
+// inference data lives in a State, so one Model can serve several sessions.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compute/backend.h"
+#include "gguf/gguf.h"
+#include "model/deepseek4/hparams.h"
+#include "model/deepseek4/state.h"
+#include "model/deepseek4/weights.h"
+
+namespace ds4::model::deepseek4 {
+
+struct Options {
+  // FP8 KV rounding and Hadamard+FP4 indexer rounding (spec §5.2-5.4), as the official
+  // implementation does. Off reproduces transformers' float-only math.
+  bool act_quant_sim = true;
+};
+
+class Model {
+ public:
+  // Opens, validates and binds the file. Throws ds4::Error on any problem.
+  static std::unique_ptr<Model> load(const std::string& path, Options opt = {});
+  // Binds an already opened file (the Model takes ownership).
+  static std::unique_ptr<Model> from_file(gguf::File file, Options opt = {});
+
+  const HParams& hparams() const { return hp_; }
+  const Options& options() const { return opt_; }
+  State new_state() const { return State::create(hp_); }
+
+  // Evaluates `tokens` at positions state.n_pos, state.n_pos+1, ... as one batch (layer-major)
+  // and advances the state. logits_all, when non-null, receives [tokens.size()][n_vocab];
+  // state.logits always ends up holding the last position's logits.
+  // A bad token id throws before the state is touched.
+  void eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const;
+
+ private:
+  Model(gguf::File file, Options opt);
+  gguf::File file_;
+  Options opt_;
+  HParams hp_;
+  Weights w_;
+  std::vector<double> freqs_swa_, freqs_compressed_;
+  friend class Forward;
+};
+
+}  // namespace ds4::model::deepseek4

@@ -1,0 +1,62 @@
+// Logits-dump mode: one prefill of all tokens, or one token at a time (--incremental).
+#include <fmt/format.h>
+
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "compute/backend.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "model/deepseek4/model.h"
+#include "options.h"
+
+namespace ds4::tools {
+
+namespace {
+
+void write_f32_le(const std::string& path, const std::vector<float>& v) {
+  static_assert(std::endian::native == std::endian::little, "logits dump assumes a little-endian host");
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) fail("{}: cannot open for writing", path);
+  size_t w = std::fwrite(v.data(), sizeof(float), v.size(), f);
+  int c = std::fclose(f);
+  if (w != v.size() || c != 0) fail("{}: write failed", path);
+}
+
+}  // namespace
+
+void run_dump_logits(const Ds4Options& opts) {
+  using clock = std::chrono::steady_clock;
+  model::deepseek4::Options mo;
+  mo.act_quant_sim = opts.act_quant_sim;
+  auto t0 = clock::now();
+  auto model = model::deepseek4::Model::load(opts.model_path, mo);
+  ThreadPool pool(opts.threads);
+  auto be = compute::make_cpu_backend(&pool);
+  const auto& hp = model->hparams();
+  if (opts.verbose) fmt::print(stderr, "{}\n", hp.describe());
+
+  const size_t V = static_cast<size_t>(hp.n_vocab);
+  std::vector<float> logits(opts.tokens.size() * V);
+  auto state = model->new_state();
+  auto t1 = clock::now();
+  if (opts.incremental) {
+    for (size_t i = 0; i < opts.tokens.size(); ++i)
+      model->eval(*be, state, std::span(opts.tokens).subspan(i, 1), logits.data() + i * V);
+  } else {
+    model->eval(*be, state, opts.tokens, logits.data());
+  }
+  auto t2 = clock::now();
+  write_f32_le(opts.dump_logits_path, logits);
+  if (opts.verbose) {
+    double load_s = std::chrono::duration<double>(t1 - t0).count();
+    double eval_s = std::chrono::duration<double>(t2 - t1).count();
+    fmt::print(stderr, "load {:.3f} s; {} tokens ({}) in {:.3f} s = {:.1f} tokens/s, {} threads\n", load_s,
+               opts.tokens.size(), opts.incremental ? "incremental" : "prefill", eval_s,
+               static_cast<double>(opts.tokens.size()) / eval_s, pool.size());
+  }
+}
+
+}  // namespace ds4::tools

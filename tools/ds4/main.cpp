@@ -1,0 +1,65 @@
+// ds4 command-line entry point: parses flags, then dispatches to a mode. Errors print one
+// message and exit non-zero.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdio>
+
+#include "core/error.h"
+#include "options.h"
+
+namespace {
+
+std::vector<int32_t> parse_token_list(const std::string& s) {
+  std::vector<int32_t> out;
+  size_t i = 0;
+  while (i <= s.size()) {
+    size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    const char* b = s.data() + i;
+    const char* e = s.data() + j;
+    while (b < e && *b == ' ') ++b;
+    while (e > b && e[-1] == ' ') --e;
+    int32_t v = 0;
+    auto [ptr, ec] = std::from_chars(b, e, v);
+    if (b == e || ec != std::errc() || ptr != e || v < 0)
+      ds4::fail("--tokens: '{}' (item {}) is not a non-negative token id", std::string(b, e), out.size());
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ds4: DeepSeek V4 inference"};
+  ds4::tools::Ds4Options opts;
+  std::string tokens_arg, sim_arg = "on";
+  app.add_option("-m,--model", opts.model_path, "GGUF model file")->required();
+  app.add_option("--backend", opts.backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  app.add_option("--act-quant-sim", sim_arg, "FP8 KV / FP4 indexer rounding (spec §5.2-5.4)")
+      ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("-t,--threads", opts.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--tokens", tokens_arg, "comma-separated token ids to evaluate");
+  app.add_option("--dump-logits", opts.dump_logits_path, "write f32 logits [n_tokens][n_vocab] here");
+  app.add_flag("--incremental", opts.incremental, "evaluate one token at a time through the session");
+  app.add_flag("-v,--verbose", opts.verbose, "print model and timing information to stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    opts.act_quant_sim = sim_arg == "on";
+    if (opts.dump_logits_path.empty()) ds4::fail("nothing to do: give --dump-logits OUT with --tokens");
+    if (tokens_arg.empty()) ds4::fail("--dump-logits needs --tokens");
+    opts.tokens = parse_token_list(tokens_arg);
+    ds4::tools::run_dump_logits(opts);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ds4: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
