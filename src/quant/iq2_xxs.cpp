@@ -1,0 +1,396 @@
+// IQ2_XXS: dequantization, ggml-identical quantization search, scalar dot product with Q8_K.
+//
+// Float determinism: this file must be compiled without -mfma and without -ffast-math. The
+// quantizer reproduces ggml's choices bit for bit only if every float expression below is
+// evaluated as written (left to right, one rounding per operation), as ggml's C code is.
+#include "quant/iq2_xxs.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/fp16.h"
+#include "quant/blocks.h"
+#include "quant/iq2_tables.h"
+
+namespace ds4::quant {
+
+static_assert(sizeof(BlockQ8_K) == 292);
+
+namespace {
+
+constexpr int kQK = kIq2xxsBlockElems;
+constexpr int kMaxLevel = 3;             // levels 0..2, i.e. odd values 1, 3, 5
+constexpr float kGroupMaxEps = 1e-15f;   // ggml's GROUP_MAX_EPS: below it a group is all zero
+
+void check_elems(const char* what, int64_t n) {
+  if (n < 0 || n % kQK != 0) fail("{}: element count {} is not a non-negative multiple of {}", what, n, kQK);
+}
+
+// ggml's nearest_int: round half to even through the float mantissa. Reproduced bit for bit
+// (including its wrap-around outside +-2^22) because the search compares its results.
+inline int nearest_int(float f) {
+  const float v = f + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &v, sizeof i);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+// ggml's make_qp_quants(n=32, nmax, x, L, w): a weighted least-squares scale for non-negative
+// levels 0..nmax. L is a byte array because ggml stores the (possibly negative) rounded value
+// into uint8_t and later compares against that wrapped value.
+float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
+  float max = 0;
+  for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
+  if (max < kGroupMaxEps) {
+    std::memset(L, 0, n);
+    return 0.f;
+  }
+  float iscale = nmax / max;
+  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
+  const float scale = 1 / iscale;
+  float best_mse = 0;
+  for (int i = 0; i < n; ++i) {
+    const float diff = x[i] - scale * L[i];
+    best_mse += w[i] * diff * diff;
+  }
+  for (int is = -4; is <= 4; ++is) {
+    if (is == 0) continue;
+    const float iscale_is = (0.1f * is + nmax) / max;
+    const float scale_is = 1 / iscale_is;
+    float mse = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
+      const float diff = x[i] - scale_is * l;
+      mse += w[i] * diff * diff;
+    }
+    if (mse < best_mse) {
+      best_mse = mse;
+      iscale = iscale_is;
+    }
+  }
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::min(nmax, nearest_int(iscale * x[i]));
+    L[i] = static_cast<uint8_t>(l);
+    sumlx += w[i] * x[i] * l;
+    suml2 += w[i] * l * l;
+  }
+  // Coordinate descent: move one level at a time while the fit (sumlx^2/suml2) improves.
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      float slx = sumlx - w[i] * x[i] * L[i];
+      float sl2 = suml2 - w[i] * L[i] * L[i];
+      if (slx > 0 && sl2 > 0) {
+        const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
+        if (new_l != L[i]) {
+          slx += w[i] * x[i] * new_l;
+          sl2 += w[i] * new_l * new_l;
+          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<uint8_t>(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+uint16_t pack_levels(const int8_t* L) {
+  uint16_t u = 0;
+  for (int i = 0; i < 8; ++i) u = static_cast<uint16_t>(u | (L[i] << (2 * i)));
+  return u;
+}
+
+// Among the precomputed nearest grid points of an off-grid vector, the one with the smallest
+// weighted error sum w_i (scale*q_i - x_i)^2 (first one on ties). Writes its levels to L.
+int best_neighbour(const Iq2xxsSearchTables& t, uint16_t u, const float* xval, const float* w, float scale,
+                   int8_t* L) {
+  const uint16_t* list = t.neighbours.data() + (-t.map[u] - 1);
+  const int count = list[0];
+  float best_d2 = FLT_MAX;
+  int best = -1;
+  for (int j = 1; j <= count; ++j) {
+    const uint64_t p = t.levels[list[j]];
+    float d2 = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float q = static_cast<float>((p >> (8 * i)) & 0xff);
+      const float diff = scale * q - xval[i];
+      d2 += w[i] * diff * diff;
+    }
+    if (d2 < best_d2) {
+      best_d2 = d2;
+      best = list[j];
+    }
+  }
+  if (best < 0) fail("IQ2_XXS quantize: no finite grid candidate (non-finite intermediate values)");
+  const uint64_t p = t.levels[best];
+  for (int i = 0; i < 8; ++i) L[i] = static_cast<int8_t>((((p >> (8 * i)) & 0xff) - 1) / 2);
+  return best;
+}
+
+// Grid index of the 8 levels at L; when off the grid, snaps L to the best neighbour.
+int grid_index_or_neighbour(const Iq2xxsSearchTables& t, int8_t* L, const float* xval, const float* w, float scale) {
+  const uint16_t u = pack_levels(L);
+  const int g = t.map[u];
+  return g >= 0 ? g : best_neighbour(t, u, xval, w, scale, L);
+}
+
+// One 256-weight block. Mirrors ggml's quantize_row_iq2_xxs_impl step by step.
+void quantize_block(const Iq2xxsSearchTables& t, const float* xbl, const float* qwbl, BlockIQ2_XXS& out,
+                    int64_t row, int64_t block) {
+  float scales[kQK / 32];
+  float weight[32], xval[32], waux[32];
+  int8_t L[32], Laux[32];
+  uint8_t block_signs[4];
+  uint32_t q2[2 * (kQK / 32)] = {};
+  float max_scale = 0;
+
+  float sumx2 = 0;
+  for (int i = 0; i < kQK; ++i) sumx2 += xbl[i] * xbl[i];
+  if (!std::isfinite(sumx2))
+    fail("IQ2_XXS quantize: row {} block {}: values too large (sum of squares overflows float)", row, block);
+  const float sigma2 = sumx2 / kQK;
+
+  for (int ib = 0; ib < kQK / 32; ++ib) {
+    const float* xb = xbl + 32 * ib;
+    const float* qw = qwbl + 32 * ib;
+    for (int i = 0; i < 32; ++i) weight[i] = qw[i] * std::sqrt(sigma2 + xb[i] * xb[i]);
+    for (int i = 0; i < 32; ++i) {
+      if (!std::isfinite(weight[i]))
+        fail("IQ2_XXS quantize: row {} block {}: importance weight overflows float", row, block);
+      waux[i] = std::sqrt(weight[i]);
+    }
+    // Work on magnitudes; the grid has an even number of negative signs per 8 weights, so with
+    // an odd count the weight that costs least (w*x^2) keeps the wrong sign.
+    for (int k = 0; k < 4; ++k) {
+      int nflip = 0;
+      uint8_t s = 0;
+      for (int i = 0; i < 8; ++i) {
+        if (xb[8 * k + i] >= 0) {
+          xval[8 * k + i] = xb[8 * k + i];
+        } else {
+          xval[8 * k + i] = -xb[8 * k + i];
+          ++nflip;
+          s = static_cast<uint8_t>(s | (1 << i));
+        }
+      }
+      if (nflip % 2) {
+        int imin = 0;
+        float min = weight[8 * k] * xb[8 * k] * xb[8 * k];
+        for (int i = 1; i < 8; ++i) {
+          const float ax = weight[8 * k + i] * xb[8 * k + i] * xb[8 * k + i];
+          if (ax < min) {
+            min = ax;
+            imin = i;
+          }
+        }
+        xval[8 * k + imin] = -xval[8 * k + imin];
+        s = static_cast<uint8_t>(s ^ (1 << imin));
+      }
+      block_signs[k] = s & 127;
+    }
+    float max = xval[0];
+    for (int i = 1; i < 32; ++i) max = max > xval[i] ? max : xval[i];
+    if (max < kGroupMaxEps) {
+      scales[ib] = 0;
+      continue;
+    }
+    float scale = make_qp_quants(32, kMaxLevel + 1, xval, reinterpret_cast<uint8_t*>(L), weight);
+    const float eff_max = scale * kMaxLevel;
+    if (eff_max <= 0) {
+      scales[ib] = 0;
+      continue;
+    }
+    // Try 13 inverse scales around the fit and keep the grid assignment with the best
+    // weighted correlation sumqx^2/sumq2.
+    float best = 0;
+    for (int is = -6; is <= 6; ++is) {
+      const float id = (2 * kMaxLevel - 1 + is * 0.1f) / eff_max;
+      const float this_scale = 1 / id;
+      for (int k = 0; k < 4; ++k) {
+        for (int i = 0; i < 8; ++i) {
+          const int l = nearest_int(0.5f * (id * xval[8 * k + i] - 1));
+          Laux[8 * k + i] = static_cast<int8_t>(std::max(0, std::min(kMaxLevel - 1, l)));
+        }
+        grid_index_or_neighbour(t, Laux + 8 * k, xval + 8 * k, waux + 8 * k, this_scale);
+      }
+      float sumqx = 0, sumq2 = 0;
+      for (int i = 0; i < 32; ++i) {
+        const float w = weight[i];
+        const float q = static_cast<float>(2 * Laux[i] + 1);
+        sumqx += w * xval[i] * q;
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        scale = sumqx / sumq2;
+        best = scale * sumqx;
+        std::memcpy(L, Laux, 32);
+      }
+    }
+    // Re-round with the winning scale, snap to the grid, and refit the scale.
+    if (scale > 0) {
+      const float id = 1 / scale;
+      for (int k = 0; k < 4; ++k) {
+        int8_t Lk[8];
+        for (int i = 0; i < 8; ++i) {
+          const int l = nearest_int(0.5f * (id * xval[8 * k + i] - 1));
+          Lk[i] = static_cast<int8_t>(std::max(0, std::min(kMaxLevel - 1, l)));
+        }
+        // ggml snaps with best_neighbour writing into L, then overwrites L from the chosen
+        // point; either way L ends up as that point's levels.
+        const int g = grid_index_or_neighbour(t, Lk, xval + 8 * k, waux + 8 * k, scale);
+        const uint64_t p = t.levels[g];
+        for (int i = 0; i < 8; ++i) L[8 * k + i] = static_cast<int8_t>((((p >> (8 * i)) & 0xff) - 1) / 2);
+      }
+      float sumqx = 0, sumq2 = 0;
+      for (int i = 0; i < 32; ++i) {
+        const float w = weight[i];
+        const float q = static_cast<float>(2 * L[i] + 1);
+        sumqx += w * xval[i] * q;
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0) scale = sumqx / sumq2;
+    }
+    if (scale < 0) {
+      // Unreachable for valid input (ggml keeps the guard): encode |scale| with flipped signs.
+      scale = -scale;
+      for (int k = 0; k < 4; ++k) block_signs[k] = static_cast<uint8_t>(~block_signs[k] & 127);
+    }
+    if (!(scale >= 0)) fail("IQ2_XXS quantize: row {} block {}: scale is not a number", row, block);
+    for (int k = 0; k < 4; ++k) {
+      const uint16_t u = pack_levels(L + 8 * k);
+      if (u >= Iq2xxsSearchTables::kMapSize || t.map[u] < 0)
+        fail("IQ2_XXS quantize: row {} block {}: levels off the grid (ggml aborts here)", row, block);
+      q2[2 * ib + 0] |= static_cast<uint32_t>(t.map[u]) << (8 * k);
+      q2[2 * ib + 1] |= static_cast<uint32_t>(block_signs[k]) << (7 * k);
+    }
+    scales[ib] = scale;
+    max_scale = std::max(max_scale, scale);
+  }
+
+  out.d = fp32_to_fp16(0.f);
+  if (!max_scale) {
+    std::memset(out.qs, 0, sizeof out.qs);
+    return;
+  }
+  // Sub-block scales are stored as 4-bit s with scale ~ d*(2s+1), d = max_scale/31.
+  const float d = max_scale / 31;
+  out.d = fp32_to_fp16(d);
+  if ((out.d & 0x7fff) >= 0x7c00)
+    fail("IQ2_XXS quantize: row {} block {}: block scale {} exceeds the f16 range", row, block, d);
+  const float id = 1 / d;
+  for (int ib = 0; ib < kQK / 32; ++ib) {
+    const int l = std::max(0, std::min(15, nearest_int(0.5f * (id * scales[ib] - 1))));
+    q2[2 * ib + 1] |= static_cast<uint32_t>(l) << 28;
+  }
+  std::memcpy(out.qs, q2, sizeof out.qs);
+}
+
+}  // namespace
+
+void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n) {
+  check_elems("IQ2_XXS dequantize", n);
+  if (n > 0 && (!src || !dst)) fail("IQ2_XXS dequantize: null buffer for {} elements", n);
+  const auto* blocks = static_cast<const BlockIQ2_XXS*>(src);
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const float d = fp16_to_fp32(blocks[b].d);
+    for (int ib = 0; ib < kQK / 32; ++ib) {
+      uint32_t aux[2];
+      std::memcpy(aux, blocks[b].qs + 4 * ib, sizeof aux);
+      // Sub-block scale (0.5 + s)/4 * d, evaluated in ggml's order.
+      const float db = d * (0.5f + static_cast<float>(aux[1] >> 28)) * 0.25f;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t grid = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
+        const uint8_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
+        for (int j = 0; j < 8; ++j) {
+          const float mag = static_cast<float>((grid >> (8 * j)) & 0xff);
+          *dst++ = db * mag * ((signs & kmask_iq2xs[j]) ? -1.f : 1.f);
+        }
+      }
+    }
+  }
+}
+
+size_t quantize_iq2_xxs(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
+  if (nrows < 0) fail("IQ2_XXS quantize: negative row count {}", nrows);
+  check_elems("IQ2_XXS quantize", n_per_row);
+  const int64_t nblocks = n_per_row / kQK;
+  const size_t bytes = static_cast<size_t>(nrows) * static_cast<size_t>(nblocks) * kIq2xxsBlockBytes;
+  if (nrows == 0 || n_per_row == 0) return 0;
+  if (!src || !dst) fail("IQ2_XXS quantize: null source or destination buffer");
+  if (!imatrix)
+    fail("IQ2_XXS quantize: an importance matrix is required (ggml asserts \"missing quantization weights\")");
+  for (int64_t i = 0; i < n_per_row; ++i)
+    if (!std::isfinite(imatrix[i]) || imatrix[i] < 0)
+      fail("IQ2_XXS quantize: importance weight {} is {} (must be finite and >= 0)", i, imatrix[i]);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t i = 0; i < n_per_row; ++i)
+      if (!std::isfinite(src[r * n_per_row + i]))
+        fail("IQ2_XXS quantize: row {} element {} is not finite", r, i);
+
+  const Iq2xxsSearchTables& t = iq2xxs_search_tables();
+  auto* out = static_cast<BlockIQ2_XXS*>(dst);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t b = 0; b < nblocks; ++b)
+      quantize_block(t, src + r * n_per_row + b * kQK, imatrix + b * kQK, out[r * nblocks + b], r, b);
+  return bytes;
+}
+
+namespace iq2xxs_detail {
+
+void check_dot_args(const void* w, const void* q8k, int64_t n) {
+  check_elems("IQ2_XXS dot", n);
+  if (n > 0 && (!w || !q8k)) fail("IQ2_XXS dot: null row for {} elements", n);
+}
+
+float accumulate_block_sums(float sumf, const void* w_blocks, const void* q8k_blocks, const int32_t* bsum,
+                            int64_t count) {
+  const auto* w = static_cast<const BlockIQ2_XXS*>(w_blocks);
+  const auto* y = static_cast<const BlockQ8_K*>(q8k_blocks);
+  for (int64_t b = 0; b < count; ++b) {
+    const float d = fp16_to_fp32(w[b].d) * y[b].d;
+    sumf += d * static_cast<float>(bsum[b]);
+  }
+  return sumf;
+}
+
+}  // namespace iq2xxs_detail
+
+float vec_dot_iq2_xxs_q8_K_scalar(const void* w, const void* q8k, int64_t n) {
+  iq2xxs_detail::check_dot_args(w, q8k, n);
+  const auto* x = static_cast<const BlockIQ2_XXS*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(q8k);
+  float sumf = 0.f;
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    const int8_t* q8 = y[b].qs;
+    int32_t bsum = 0;
+    for (int ib = 0; ib < kQK / 32; ++ib) {
+      uint32_t aux[2];
+      std::memcpy(aux, x[b].qs + 4 * ib, sizeof aux);
+      const int32_t ls = 2 * static_cast<int32_t>(aux[1] >> 28) + 1;
+      int32_t sumi = 0;
+      for (int l = 0; l < 4; ++l) {
+        const uint64_t grid = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
+        const uint8_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
+        for (int j = 0; j < 8; ++j) {
+          const int32_t g = static_cast<int32_t>((grid >> (8 * j)) & 0xff);
+          sumi += g * q8[j] * ((signs & kmask_iq2xs[j]) ? -1 : 1);
+        }
+        q8 += 8;
+      }
+      bsum += sumi * ls;
+    }
+    sumf = iq2xxs_detail::accumulate_block_sums(sumf, x + b, y + b, &bsum, 1);
+  }
+  return 0.125f * sumf;
+}
+
+}  // namespace ds4::quant
