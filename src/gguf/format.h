@@ -19,7 +19,7 @@ inline constexpr uint32_t kMaxDims = 4;
 inline constexpr const char* kAlignmentKey = "general.alignment";
 
 // Smallest possible encodings, used to bound counts against the bytes left before allocating.
-inline constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;           // key len, 1-byte key, type, u8 value
+inline constexpr uint64_t kMinKvBytes = 8 + 4 + 1;  // key length (empty key: rejected later), type, u8 value
 inline constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims, ne0, type, offset
 
 inline bool valid_value_type(uint32_t t) { return t <= static_cast<uint32_t>(ValueType::F64); }

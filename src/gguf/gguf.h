@@ -144,6 +144,9 @@ class Writer {
 
   void write_header();                       // metadata + tensor infos + padding
   void write_tensor_data(std::span<const uint8_t> bytes);  // next tensor, in order, whole or in pieces
+  // Like write_tensor_data with n zero bytes, but seeks instead of writing, so the bytes
+  // become a file hole (sparse file; reads back as zeros). For synthetic test models.
+  void skip_tensor_data(uint64_t n);
   void finish();                             // pads, checks every tensor was written, renames
 
  private:

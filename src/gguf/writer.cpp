@@ -6,6 +6,9 @@
 #include <limits>
 #include <unordered_set>
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include "core/error.h"
 #include "gguf/format.h"
 #include "gguf/gguf.h"
@@ -277,6 +280,23 @@ void Writer::write_tensor_data(std::span<const uint8_t> bytes) {
   }
 }
 
+void Writer::skip_tensor_data(uint64_t n) {
+  auto& w = *impl_;
+  w.require(Impl::State::Data, "skip_tensor_data");
+  while (n > 0) {
+    if (w.current >= w.tensors.size()) w.error("skip_tensor_data: {} bytes beyond the last declared tensor", n);
+    const auto& t = w.tensors[w.current];
+    uint64_t k = std::min<uint64_t>(n, t.n_bytes - w.current_written);
+    if (k > static_cast<uint64_t>(std::numeric_limits<off_t>::max()) ||
+        std::fflush(w.file) != 0 || fseeko(w.file, static_cast<off_t>(k), SEEK_CUR) != 0)
+      w.error("seek in {} failed: {}", w.tmp_path, std::strerror(errno));
+    w.position += k;
+    w.current_written += k;
+    n -= k;
+    w.advance_completed();
+  }
+}
+
 void Writer::finish() {
   auto& w = *impl_;
   if (w.state == Impl::State::Declaring) write_header();
@@ -285,6 +305,9 @@ void Writer::finish() {
     w.error("finish: tensor '{}' has {} of {} bytes written", w.tensors[w.current].name, w.current_written,
             w.tensors[w.current].n_bytes);
   if (std::fflush(w.file) != 0) w.error("write to {} failed: {}", w.tmp_path, std::strerror(errno));
+  // A trailing skip_tensor_data() hole does not extend the file by itself.
+  if (ftruncate(fileno(w.file), static_cast<off_t>(w.position)) != 0)
+    w.error("cannot size {}: {}", w.tmp_path, std::strerror(errno));
   int rc = std::fclose(w.file);
   w.file = nullptr;
   if (rc != 0) w.error("closing {} failed: {}", w.tmp_path, std::strerror(errno));
