@@ -12,10 +12,11 @@ namespace ds4::quant {
 // dst[0..n) = decoded weights of one row (F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, Q8_K).
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
-// Quantizes nrows rows of n_per_row floats into dst; returns bytes written.
+// Quantizes nrows rows of n_per_row floats into dst; returns bytes written. For the block
+// formats a non-finite input or importance weight is an Error (ggml would write garbage).
 // imatrix (n_per_row importance weights, may be null) matches ggml's quant_weights argument.
-// Supports F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS (IQ2_XXS requires an imatrix or
-// falls back to ggml's unweighted rule exactly as ggml does).
+// Supports F32, F16, BF16, Q8_0 (imatrix ignored, as in ggml), Q2_K, Q4_K (null imatrix
+// selects ggml's reference writer, else its weighted one), IQ2_XXS (imatrix required).
 size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
                      const float* imatrix);
 
@@ -23,7 +24,8 @@ size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, 
 // Q8_0 -> Q8_0; Q2_K, Q4_K, IQ2_XXS -> Q8_K; F32/F16/BF16 -> F32.
 GgmlType vec_dot_type(GgmlType weight_type);
 
-// Quantizes one activation row to vec_dot_type(...) (Q8_0 or Q8_K), like ggml's quantize_row_*.
+// Quantizes one activation row to vec_dot_type(...) (Q8_0 or Q8_K), like ggml's
+// quantize_row_q8_0_ref / quantize_row_q8_K_ref (F32: plain copy). Non-finite x is an Error.
 void quantize_activation_row(GgmlType act_type, const float* x, void* dst, int64_t n);
 
 // sum_i w[i]*x[i] for one weight row against one activation row already in vec_dot_type
@@ -32,8 +34,23 @@ float vec_dot(GgmlType weight_type, const void* w_row, const void* act_row, int6
 
 // The scalar reference, always available (tests compare the AVX2 path with it).
 float vec_dot_scalar(GgmlType weight_type, const void* w_row, const void* act_row, int64_t n);
+//
+// Exactness: for Q8_0, Q2_K and Q4_K (integer-accumulating) the AVX2 result equals the scalar
+// result bit for bit (same integer sums, same float ops in the same order: block b is added
+// into partial sum b % 8, folded as in quant/lane_sum.h); only a NaN result (NaN/inf scales)
+// may differ in NaN sign/payload. For F32/F16/BF16 the AVX2 path uses
+// FMA and another summation order; both paths satisfy
+//   |result - exact| <= (n/8 + 16) * 2^-24 * sum_i |w_i * x_i|
+// (each product passes through at most n/8 + 16 roundings in either path: the standard
+// blocked-summation bound), so the two paths differ by at most twice that.
 
-// True when the AVX2+FMA path is compiled in and the CPU supports it.
+// True when the AVX2+FMA+F16C path is compiled in and the CPU supports it.
 bool have_avx2();
+
+// The kernel vec_dot would use for this weight type (checked once here, so a GEMV loop can
+// call it per row without re-dispatching). The kernel does no checks: n must be a whole
+// number of blocks and both rows must hold n elements.
+using DotKernel = float (*)(const void* w_row, const void* act_row, int64_t n);
+DotKernel dot_kernel(GgmlType weight_type);
 
 }  // namespace ds4::quant

@@ -1,0 +1,156 @@
+// AVX2 integer dot products (Q8_0.Q8_0, Q2_K.Q8_K, Q4_K.Q8_K). Compiled with -mavx2 -mfma
+// -mf16c and only called after a run-time CPU check (quant.cpp).
+// Exactness contract: every integer partial sum is exact (no saturating step can overflow
+// for any input bytes), and the float work per block is the scalar kernel's expression in
+// the scalar kernel's order (lane_sum.h), so results equal the scalar kernels bit for bit.
+// -ffp-contract=off keeps mul+add from fusing into FMA. No std:: or shared inline helpers are
+// used here, so no AVX2-compiled copy of a common inline function can reach portable code.
+#include <immintrin.h>
+
+#include "quant/blocks.h"
+#include "quant/kernels.h"
+#include "quant/lane_sum.h"
+
+namespace ds4::quant {
+
+namespace {
+
+inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+inline int hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Sum of a[i]*b[i] for 32 signed bytes, as 8 int32 partial sums. Widening to int16 first
+// keeps it exact for every byte pair (-128 included), unlike the maddubs sign trick.
+inline __m256i dot32_i8(const int8_t* a, const int8_t* b) {
+  const __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
+  const __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16)));
+  const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
+  return _mm256_add_epi32(_mm256_madd_epi16(a0, b0), _mm256_madd_epi16(a1, b1));
+}
+
+// Lane k of the result = sum of all 8 lanes of v[k].
+inline __m256i transpose_sum8(const __m256i v[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]);
+  const __m256i t1 = _mm256_hadd_epi32(v[2], v[3]);
+  const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]);
+  const __m256i t3 = _mm256_hadd_epi32(v[6], v[7]);
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1);  // per 128-bit half: v0 v1 v2 v3
+  const __m256i u1 = _mm256_hadd_epi32(t2, t3);  // per 128-bit half: v4 v5 v6 v7
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+}  // namespace
+
+float vec_dot_q8_0_q8_0_avx2(const void* w, const void* act, int64_t n) {
+  const auto* x = static_cast<const BlockQ8_0*>(w);
+  const auto* y = static_cast<const BlockQ8_0*>(act);
+  const int64_t nb = n / kQK8_0;
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  // Eight blocks at a time: block i+k lands in lane k, which is lane (i+k) % 8 of the scalar.
+  for (; i + kLanes <= nb; i += kLanes) {
+    __m256i v[8];
+    alignas(16) uint16_t dx[8], dy[8];
+    for (int k = 0; k < 8; ++k) {
+      v[k] = dot32_i8(x[i + k].qs, y[i + k].qs);
+      dx[k] = x[i + k].d;
+      dy[k] = y[i + k].d;
+    }
+    const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dx))),
+                                    _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dy))));
+    acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(transpose_sum8(v)), dd));
+  }
+  alignas(32) float lanes[kLanes];
+  _mm256_store_ps(lanes, acc);
+  for (; i < nb; ++i) {
+    const int sumi = hsum_i32(dot32_i8(x[i].qs, y[i].qs));
+    const float dd = half_to_float(x[i].d) * half_to_float(y[i].d);
+    lanes[i % kLanes] += static_cast<float>(sumi) * dd;
+  }
+  return fold_lanes8(lanes);
+}
+
+float vec_dot_q2_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
+  const auto* x = static_cast<const BlockQ2_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i m3 = _mm256_set1_epi8(3);
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  // Shuffle mask p spreads scale byte 2p over the low 128 bits and 2p+1 over the high 128
+  // bits as int16, matching maddubs' layout (low half = first 16 weights of a 32-run).
+  __m256i pair_mask[8];
+  for (int p = 0; p < 8; ++p) {
+    const char a = static_cast<char>(2 * p), b = static_cast<char>(2 * p + 1), z = -1;
+    pair_mask[p] = _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z,
+                                    b, z, b, z, b, z, b, z, b, z, b, z, b, z, b, z);
+  }
+  float lanes[kLanes] = {};
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
+    const __m256i scales = _mm256_broadcastsi128_si256(_mm_and_si128(sc_bytes, m4));
+    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), m4));
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
+    const int summs = hsum_i32(_mm256_madd_epi16(bsums, mins));
+
+    __m256i sumi = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      const __m256i q2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * h));
+      const int8_t* q8 = y[i].qs + 128 * h;
+      const __m256i q[4] = {_mm256_and_si256(q2, m3), _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                            _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
+                            _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3)};
+      for (int s = 0; s < 4; ++s) {
+        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * s));
+        // codes <= 3, |q8| <= 128: pair sums <= 768, no int16 saturation.
+        const __m256i p = _mm256_maddubs_epi16(q[s], a);
+        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, pair_mask[4 * h + s])));
+      }
+    }
+    const int isum = hsum_i32(sumi);
+    const float dall = y[i].d * half_to_float(x[i].d);
+    const float dmin = y[i].d * half_to_float(x[i].dmin);
+    lanes[i % kLanes] += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return fold_lanes8(lanes);
+}
+
+float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
+  const auto* x = static_cast<const BlockQ4_K*>(w);
+  const auto* y = static_cast<const BlockQ8_K*>(act);
+  const __m256i m15 = _mm256_set1_epi8(0xF);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  float lanes[kLanes] = {};
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    alignas(8) uint8_t sc[8], m[8];
+    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
+    // summs = sum_j m_j * (bsums[2j] + bsums[2j+1])
+    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
+    const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
+    const int summs = hsum_i32(_mm256_mullo_epi32(_mm256_madd_epi16(bsums, ones16), mins));
+
+    __m256i sumi = _mm256_setzero_si256();
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * c));
+      const __m256i lo = _mm256_and_si256(q4, m15);
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
+      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * c));
+      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * c + 32));
+      // codes <= 15, |q8| <= 128: pair sums <= 3840, no int16 saturation.
+      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * c]));
+      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * c + 1]));
+      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+    }
+    const int isum = hsum_i32(sumi);
+    const float dall = y[i].d * half_to_float(x[i].d);
+    const float dmin = y[i].d * half_to_float(x[i].dmin);
+    lanes[i % kLanes] += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  }
+  return fold_lanes8(lanes);
+}
+
+}  // namespace ds4::quant

@@ -1,0 +1,55 @@
+#pragma once
+// Per-format codec entry points behind the type-dispatching API in quant.h. Callers that
+// already know the format (the compute layer's GEMV loops) may call these directly; they do
+// no argument checking: n is a whole number of blocks and pointers are valid.
+#include <cstddef>
+#include <cstdint>
+
+namespace ds4::quant {
+
+// One signature for every dot kernel: weight row, activation row (vec_dot_type), length.
+using DotFn = float (*)(const void* w, const void* act, int64_t n);
+
+// --- float_rows.cpp: F16 / BF16 rows (bit-exact with ggml's row converters) ---
+void dequantize_row_f16(const void* src, float* dst, int64_t n);
+void dequantize_row_bf16(const void* src, float* dst, int64_t n);
+void quantize_row_f16(const float* src, void* dst, int64_t n);
+void quantize_row_bf16(const float* src, void* dst, int64_t n);
+// Scalar float dots: 8 interleaved float partial sums, folded like lane_sum.h.
+float vec_dot_f32_f32_scalar(const void* w, const void* x, int64_t n);
+float vec_dot_f16_f32_scalar(const void* w, const void* x, int64_t n);
+float vec_dot_bf16_f32_scalar(const void* w, const void* x, int64_t n);
+
+// --- q8.cpp: Q8_0 (weights and activations) and Q8_K (activations) ---
+void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
+void dequantize_row_q8_K(const void* src, float* dst, int64_t n);
+// As ggml's quantize_row_q8_0_ref (also what quantize_q8_0 does for weights).
+void quantize_row_q8_0(const float* src, void* dst, int64_t n);
+// As ggml's quantize_row_q8_K_ref, except that an all-zero block gets zero bsums
+// (ggml leaves them unwritten).
+void quantize_row_q8_K(const float* src, void* dst, int64_t n);
+float vec_dot_q8_0_q8_0_scalar(const void* w, const void* act, int64_t n);
+
+// --- k_quants.cpp: Q2_K and Q4_K ---
+void dequantize_row_q2_K(const void* src, float* dst, int64_t n);
+void dequantize_row_q4_K(const void* src, float* dst, int64_t n);
+// As ggml's quantize_q2_K / quantize_q4_K: imatrix == nullptr selects the reference
+// (unweighted) search, otherwise the importance-weighted one.
+size_t quantize_q2_K(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_q4_K(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+float vec_dot_q2_K_q8_K_scalar(const void* w, const void* act, int64_t n);
+float vec_dot_q4_K_q8_K_scalar(const void* w, const void* act, int64_t n);
+
+#if DS4_HAVE_AVX2_BUILD
+// --- dot_avx2_int.cpp / dot_avx2_float.cpp (compiled with -mavx2 -mfma -mf16c) ---
+// Integer kernels return exactly the scalar kernel's float; float kernels use FMA and a
+// different summation order (error bound in quant.h).
+float vec_dot_q8_0_q8_0_avx2(const void* w, const void* act, int64_t n);
+float vec_dot_q2_K_q8_K_avx2(const void* w, const void* act, int64_t n);
+float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n);
+float vec_dot_f32_f32_avx2(const void* w, const void* x, int64_t n);
+float vec_dot_f16_f32_avx2(const void* w, const void* x, int64_t n);
+float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n);
+#endif
+
+}  // namespace ds4::quant

@@ -1,0 +1,184 @@
+// Type dispatch and argument checking for the codec API in quant.h. The per-format kernels
+// (kernels.h) trust their arguments; everything a caller can get wrong is checked here.
+#include "quant/quant.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "quant/kernels.h"
+
+#if DS4_HAVE_IQ2_XXS
+#include "quant/iq2_xxs.h"
+#endif
+
+namespace ds4::quant {
+
+namespace {
+
+const char* name_of(GgmlType t) {
+  auto tr = type_traits(static_cast<uint32_t>(t));
+  return tr ? tr->name.data() : "unknown";
+}
+
+// Checks type and length; the buffers only when there is something to read or write.
+void check_row(const char* what, GgmlType type, int64_t n, const void* a, const void* b, bool empty = false) {
+  auto tr = type_traits(static_cast<uint32_t>(type));
+  if (!tr) fail("{}: unsupported ggml type id {}", what, static_cast<uint32_t>(type));
+  if (n < 0) fail("{}: negative length {} for {}", what, n, tr->name);
+  if (n % tr->block_elems != 0)
+    fail("{}: length {} is not a multiple of the {} block size {}", what, n, tr->name, tr->block_elems);
+  if (n > 0 && !empty && (!a || !b)) fail("{}: null buffer for {} row of {} elements", what, tr->name, n);
+}
+
+void check_finite(const char* what, const float* x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      if (!std::isfinite(x[r * cols + c]))
+        fail("{}: non-finite value {} at row {}, column {}", what, x[r * cols + c], r, c);
+}
+
+bool cpu_has_avx2() {
+#if DS4_HAVE_AVX2_BUILD
+  static const bool yes = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
+DotFn scalar_kernel(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return vec_dot_f32_f32_scalar;
+    case GgmlType::F16: return vec_dot_f16_f32_scalar;
+    case GgmlType::BF16: return vec_dot_bf16_f32_scalar;
+    case GgmlType::Q8_0: return vec_dot_q8_0_q8_0_scalar;
+    case GgmlType::Q2_K: return vec_dot_q2_K_q8_K_scalar;
+    case GgmlType::Q4_K: return vec_dot_q4_K_q8_K_scalar;
+#if DS4_HAVE_IQ2_XXS
+    case GgmlType::IQ2_XXS: return vec_dot_iq2_xxs_q8_K_scalar;
+#endif
+    default: return nullptr;
+  }
+}
+
+DotFn avx2_kernel(GgmlType t) {
+#if DS4_HAVE_AVX2_BUILD
+  switch (t) {
+    case GgmlType::F32: return vec_dot_f32_f32_avx2;
+    case GgmlType::F16: return vec_dot_f16_f32_avx2;
+    case GgmlType::BF16: return vec_dot_bf16_f32_avx2;
+    case GgmlType::Q8_0: return vec_dot_q8_0_q8_0_avx2;
+    case GgmlType::Q2_K: return vec_dot_q2_K_q8_K_avx2;
+    case GgmlType::Q4_K: return vec_dot_q4_K_q8_K_avx2;
+#if DS4_HAVE_IQ2_XXS_AVX2
+    case GgmlType::IQ2_XXS: return vec_dot_iq2_xxs_q8_K_avx2;
+#endif
+    default: break;
+  }
+#endif
+  (void)t;
+  return nullptr;
+}
+
+DotFn checked_kernel(const char* what, GgmlType t, bool allow_avx2) {
+  DotFn scalar = scalar_kernel(t);
+  if (!scalar) fail("{}: no dot product for weight type {}", what, name_of(t));
+  if (allow_avx2 && cpu_has_avx2())
+    if (DotFn fast = avx2_kernel(t)) return fast;
+  return scalar;
+}
+
+}  // namespace
+
+bool have_avx2() { return cpu_has_avx2(); }
+
+void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
+  check_row("dequantize_row", type, n, src, dst);
+  switch (type) {
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::F16: dequantize_row_f16(src, dst, n); return;
+    case GgmlType::BF16: dequantize_row_bf16(src, dst, n); return;
+    case GgmlType::Q8_0: dequantize_row_q8_0(src, dst, n); return;
+    case GgmlType::Q8_K: dequantize_row_q8_K(src, dst, n); return;
+    case GgmlType::Q2_K: dequantize_row_q2_K(src, dst, n); return;
+    case GgmlType::Q4_K: dequantize_row_q4_K(src, dst, n); return;
+#if DS4_HAVE_IQ2_XXS
+    case GgmlType::IQ2_XXS: dequantize_row_iq2_xxs(src, dst, n); return;
+#endif
+    default: fail("dequantize_row: no decoder for type {}", name_of(type));
+  }
+}
+
+size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
+                     const float* imatrix) {
+  if (nrows < 0) fail("quantize_rows: negative row count {}", nrows);
+  check_row("quantize_rows", type, n_per_row, src, dst, nrows == 0);
+  if (nrows == 0 || n_per_row == 0) return 0;
+  const int64_t n = nrows * n_per_row;
+  const size_t bytes = static_cast<size_t>(nrows) * row_bytes(traits(type), static_cast<uint64_t>(n_per_row));
+  switch (type) {
+    case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return bytes;
+    case GgmlType::F16: quantize_row_f16(src, dst, n); return bytes;
+    case GgmlType::BF16: quantize_row_bf16(src, dst, n); return bytes;
+    default: break;
+  }
+  check_finite("quantize_rows (input)", src, nrows, n_per_row);
+  if (imatrix) {
+    check_finite("quantize_rows (importance weights)", imatrix, 1, n_per_row);
+    for (int64_t c = 0; c < n_per_row; ++c)
+      if (imatrix[c] < 0) fail("quantize_rows: negative importance weight {} at column {}", imatrix[c], c);
+  }
+  switch (type) {
+    case GgmlType::Q8_0: quantize_row_q8_0(src, dst, n); return bytes;  // ggml ignores imatrix here
+    case GgmlType::Q2_K: return quantize_q2_K(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q4_K: return quantize_q4_K(src, dst, nrows, n_per_row, imatrix);
+#if DS4_HAVE_IQ2_XXS
+    case GgmlType::IQ2_XXS: return quantize_iq2_xxs(src, dst, nrows, n_per_row, imatrix);
+#endif
+    default: fail("quantize_rows: no encoder for type {}", name_of(type));
+  }
+}
+
+GgmlType vec_dot_type(GgmlType weight_type) {
+  switch (weight_type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16: return GgmlType::F32;
+    case GgmlType::Q8_0: return GgmlType::Q8_0;
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K:
+    case GgmlType::IQ2_XXS: return GgmlType::Q8_K;
+    default: fail("vec_dot_type: no dot product for weight type {}", name_of(weight_type));
+  }
+}
+
+void quantize_activation_row(GgmlType act_type, const float* x, void* dst, int64_t n) {
+  check_row("quantize_activation_row", act_type, n, x, dst);
+  check_finite("quantize_activation_row", x, 1, n);
+  switch (act_type) {
+    case GgmlType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
+    case GgmlType::Q8_0: quantize_row_q8_0(x, dst, n); return;
+    case GgmlType::Q8_K: quantize_row_q8_K(x, dst, n); return;
+    default: fail("quantize_activation_row: {} is not an activation format", name_of(act_type));
+  }
+}
+
+float vec_dot(GgmlType weight_type, const void* w_row, const void* act_row, int64_t n) {
+  DotFn f = checked_kernel("vec_dot", weight_type, true);
+  check_row("vec_dot", weight_type, n, w_row, act_row);
+  return f(w_row, act_row, n);
+}
+
+float vec_dot_scalar(GgmlType weight_type, const void* w_row, const void* act_row, int64_t n) {
+  DotFn f = checked_kernel("vec_dot_scalar", weight_type, false);
+  check_row("vec_dot_scalar", weight_type, n, w_row, act_row);
+  return f(w_row, act_row, n);
+}
+
+DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel", weight_type, true); }
+
+}  // namespace ds4::quant
