@@ -1,0 +1,185 @@
+// CPU backend ops against naive double-precision references written out here from the spec's
+// formulas (§5.1 RoPE, §6.3 hc_post, §6.5 pooling, §6.7 sink attention). Quantized matmuls are
+// checked against dequantized weights times the activations with a tolerance that covers the
+// activation quantization (Q8_0: 1/127 of each 32-block's max), and for batch invariance.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <complex>
+#include <random>
+#include <vector>
+
+#include "compute/backend.h"
+#include "core/fp16.h"
+#include "core/thread_pool.h"
+#include "quant/quant.h"
+
+using namespace ds4;
+using namespace ds4::compute;
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g(rng);
+  return v;
+}
+
+struct Fixture : ::testing::Test {
+  ThreadPool pool{2};
+  std::unique_ptr<Backend> be = make_cpu_backend(&pool);
+};
+
+using CpuBackend = Fixture;
+
+}  // namespace
+
+TEST_F(CpuBackend, MatmulF32AndF16MatchNaive) {
+  const int64_t n_in = 96, n_out = 37, rows = 5;
+  auto w = randn(n_in * n_out, 1);
+  auto x = randn(n_in * rows, 2);
+  std::vector<uint16_t> w16(w.size());
+  for (size_t i = 0; i < w.size(); ++i) w16[i] = fp32_to_fp16(w[i]);
+  Matrix m32{GgmlType::F32, reinterpret_cast<const uint8_t*>(w.data()), n_in, n_out, n_in * sizeof(float)};
+  Matrix m16{GgmlType::F16, reinterpret_cast<const uint8_t*>(w16.data()), n_in, n_out, n_in * sizeof(uint16_t)};
+  std::vector<float> y32(rows * n_out), y16(rows * n_out);
+  be->matmul(m32, x.data(), rows, y32.data());
+  be->matmul(m16, x.data(), rows, y16.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t o = 0; o < n_out; ++o) {
+      double a = 0, b = 0;
+      for (int64_t i = 0; i < n_in; ++i) {
+        a += static_cast<double>(w[o * n_in + i]) * x[r * n_in + i];
+        b += static_cast<double>(fp16_to_fp32(w16[o * n_in + i])) * x[r * n_in + i];
+      }
+      EXPECT_NEAR(y32[r * n_out + o], a, 1e-4);
+      EXPECT_NEAR(y16[r * n_out + o], b, 1e-4);
+    }
+}
+
+TEST_F(CpuBackend, MatmulQuantizedIsBatchInvariantAndClose) {
+  const int64_t n_in = 512, n_out = 24, rows = 3;
+  auto w = randn(n_in * n_out, 3);
+  auto x = randn(n_in * rows, 4);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K}) {
+    const size_t rb = row_bytes(traits(t), n_in);
+    std::vector<uint8_t> q(rb * n_out);
+    quant::quantize_rows(t, w.data(), q.data(), n_out, n_in, nullptr);
+    Matrix m{t, q.data(), n_in, n_out, rb};
+    std::vector<float> y(rows * n_out), y1(n_out), wd(n_in);
+    be->matmul(m, x.data(), rows, y.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      be->matmul(m, x.data() + r * n_in, 1, y1.data());
+      for (int64_t o = 0; o < n_out; ++o) EXPECT_EQ(y[r * n_out + o], y1[o]) << traits(t).name;
+    }
+    for (int64_t o = 0; o < n_out; ++o) {
+      quant::dequantize_row(t, q.data() + o * rb, wd.data(), n_in);
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < n_in; ++i) ref += static_cast<double>(wd[i]) * x[i], mag += std::fabs(wd[i] * x[i]);
+      // Activation quantization error <= sum |w||x| / 127 (8-bit symmetric rounding, half a step).
+      EXPECT_NEAR(y[o], ref, mag / 127.0 + 1e-4) << traits(t).name << " row " << o;
+    }
+  }
+}
+
+TEST_F(CpuBackend, RmsNormWithAndWithoutWeight) {
+  auto x = randn(40, 5);
+  auto w = randn(20, 6);
+  std::vector<float> y(40), y2(40);
+  be->rms_norm(x.data(), w.data(), 20, 2, 1e-6f, y.data());
+  be->rms_norm(x.data(), nullptr, 20, 2, 1e-6f, y2.data());
+  for (int r = 0; r < 2; ++r) {
+    double ss = 0;
+    for (int i = 0; i < 20; ++i) ss += x[r * 20 + i] * x[r * 20 + i];
+    double inv = 1 / std::sqrt(ss / 20 + 1e-6);
+    for (int i = 0; i < 20; ++i) {
+      EXPECT_NEAR(y[r * 20 + i], x[r * 20 + i] * inv * w[i], 1e-5);
+      EXPECT_NEAR(y2[r * 20 + i], x[r * 20 + i] * inv, 1e-5);
+    }
+  }
+}
+
+TEST_F(CpuBackend, RopeTailRotatesAdjacentPairsAndInverts) {
+  const int64_t heads = 2, hd = 16;
+  std::vector<double> freqs = {1.0, 0.1, 0.01};  // rotates the last 6 dims
+  auto x = randn(heads * hd, 7);
+  auto y = x;
+  const int64_t pos = 12345;
+  be->rope_tail(y.data(), heads, hd, freqs, pos, false);
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < hd - 6; ++i) EXPECT_EQ(y[h * hd + i], x[h * hd + i]);
+    for (int k = 0; k < 3; ++k) {
+      std::complex<double> z(x[h * hd + 10 + 2 * k], x[h * hd + 11 + 2 * k]);
+      z *= std::polar(1.0, pos * freqs[k]);
+      EXPECT_NEAR(y[h * hd + 10 + 2 * k], z.real(), 1e-5);
+      EXPECT_NEAR(y[h * hd + 11 + 2 * k], z.imag(), 1e-5);
+    }
+  }
+  be->rope_tail(y.data(), heads, hd, freqs, pos, true);
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
+}
+
+TEST_F(CpuBackend, SinkAttentionMatchesFormula) {
+  const int64_t heads = 3, hd = 8, n = 5;
+  auto q = randn(heads * hd, 8);
+  auto kv = randn(n * hd, 9);
+  std::vector<const float*> rows;
+  for (int64_t k = 0; k < n; ++k) rows.push_back(kv.data() + k * hd);
+  float sinks[3] = {0.5f, -2.0f, 3.0f};
+  std::vector<float> out(heads * hd);
+  const float scale = 0.3f;
+  be->sink_attention(q.data(), heads, hd, {rows.data(), n}, sinks, scale, out.data());
+  for (int64_t h = 0; h < heads; ++h) {
+    std::vector<double> e(n);
+    double den = std::exp(static_cast<double>(sinks[h]));  // sink: denominator only, unscaled
+    for (int64_t k = 0; k < n; ++k) {
+      double s = 0;
+      for (int64_t i = 0; i < hd; ++i) s += q[h * hd + i] * kv[k * hd + i];
+      den += e[k] = std::exp(s * scale);
+    }
+    for (int64_t i = 0; i < hd; ++i) {
+      double o = 0;
+      for (int64_t k = 0; k < n; ++k) o += e[k] * kv[k * hd + i];
+      EXPECT_NEAR(out[h * hd + i], o / den, 1e-5);
+    }
+  }
+}
+
+TEST_F(CpuBackend, HcPostUsesTransposedComb) {
+  const int hc = 3;
+  const int64_t n = 4;
+  auto X = randn(hc * n, 10);
+  auto y = randn(n, 11);
+  float post[3] = {0.5f, 1.5f, 1.0f};
+  float comb[9] = {0.1f, 0.2f, 0.7f, 0.3f, 0.3f, 0.4f, 0.6f, 0.5f, -0.1f};
+  std::vector<float> out(hc * n);
+  be->hc_post(y.data(), X.data(), post, comb, hc, n, out.data());
+  for (int j = 0; j < hc; ++j)
+    for (int64_t d = 0; d < n; ++d) {
+      double want = post[j] * y[d];
+      for (int i = 0; i < hc; ++i) want += comb[i * hc + j] * X[i * n + d];  // X'[j] = sum_i M[i][j] X[i]
+      EXPECT_NEAR(out[j * n + d], want, 1e-6);
+    }
+}
+
+TEST_F(CpuBackend, SwigluClampsGateAboveAndUpBothSides) {
+  float g[4] = {12.0f, -30.0f, 1.0f, 5.0f}, u[4] = {11.0f, -12.0f, 2.0f, -3.0f}, h[4];
+  be->swiglu(g, u, 4, 10.0f, 2.0f, h);
+  auto silu = [](double v) { return v / (1 + std::exp(-v)); };
+  EXPECT_NEAR(h[0], silu(10) * 10 * 2, 1e-4);
+  EXPECT_NEAR(h[1], silu(-30) * -10 * 2, 1e-6);  // gate is not clamped from below
+  EXPECT_NEAR(h[2], silu(1) * 2 * 2, 1e-5);
+  EXPECT_NEAR(h[3], silu(5) * -3 * 2, 1e-5);
+}
+
+TEST_F(CpuBackend, SoftmaxPoolPerDimensionAndEmpty) {
+  float v0[2] = {1, 10}, v1[2] = {3, 20}, s0[2] = {0, -INFINITY}, s1[2] = {std::log(3.0f), -INFINITY};
+  const float* vals[2] = {v0, v1};
+  const float* scs[2] = {s0, s1};
+  float out[2];
+  be->softmax_pool(vals, scs, 2, 2, out);
+  EXPECT_NEAR(out[0], 0.25 * 1 + 0.75 * 3, 1e-6);
+  EXPECT_EQ(out[1], 0.0f);
+}
