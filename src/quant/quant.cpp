@@ -11,6 +11,9 @@
 #if DS4_HAVE_IQ2_XXS
 #include "quant/iq2_xxs.h"
 #endif
+#if DS4_HAVE_AVX2_BUILD
+#include <cpuid.h>
+#endif
 
 namespace ds4::quant {
 
@@ -38,12 +41,25 @@ void check_finite(const char* what, const float* x, int64_t rows, int64_t cols) 
         fail("{}: non-finite value {} at row {}, column {}", what, x[r * cols + c], r, c);
 }
 
+#if DS4_HAVE_AVX2_BUILD
+// CPUID + XGETBV rather than __builtin_cpu_supports: clang 14 does not know "f16c" there.
+// AVX2, FMA and F16C must be present and the OS must save the YMM state (XCR0 bits 1, 2).
+bool detect_avx2_fma_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+  if (!(fma && osxsave && f16c)) return false;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 6u) != 6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  return b & (1u << 5);  // AVX2
+}
+#endif
+
 bool cpu_has_avx2() {
 #if DS4_HAVE_AVX2_BUILD
-  static const bool yes = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  }();
+  static const bool yes = detect_avx2_fma_f16c();
   return yes;
 #else
   return false;
