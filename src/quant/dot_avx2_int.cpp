@@ -76,81 +76,130 @@ float vec_dot_q8_0_q8_0_avx2(const void* w, const void* act, int64_t n) {
   return fold_lanes8(lanes);
 }
 
-float vec_dot_q2_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
-  const auto* x = static_cast<const BlockQ2_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(act);
+namespace {
+
+// Integer part of one Q2_K block: *isum lanes sum to sum_j sc_j * (q . q8)_j, *summs lanes
+// to sum_j m_j * bsums_j. pair_mask p spreads scale byte 2p over the low 128 bits and 2p+1
+// over the high 128 bits as int16, matching maddubs' layout (low half = first 16 of a 32-run).
+inline void q2_K_block_sums(const BlockQ2_K& x, const BlockQ8_K& y, const __m256i pair_mask[8], __m256i* isum,
+                            __m256i* summs) {
   const __m256i m3 = _mm256_set1_epi8(3);
   const __m128i m4 = _mm_set1_epi8(0xF);
-  // Shuffle mask p spreads scale byte 2p over the low 128 bits and 2p+1 over the high 128
-  // bits as int16, matching maddubs' layout (low half = first 16 weights of a 32-run).
+  const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+  const __m256i scales = _mm256_broadcastsi128_si256(_mm_and_si128(sc_bytes, m4));
+  const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), m4));
+  *summs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), mins);
+  __m256i sumi = _mm256_setzero_si256();
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * h));
+    const int8_t* q8 = y.qs + 128 * h;
+    const __m256i q[4] = {_mm256_and_si256(q2, m3), _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
+                          _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3), _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3)};
+    for (int s = 0; s < 4; ++s) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * s));
+      // codes <= 3, |q8| <= 128: pair sums <= 768, no int16 saturation.
+      const __m256i p = _mm256_maddubs_epi16(q[s], a);
+      sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, pair_mask[4 * h + s])));
+    }
+  }
+  *isum = sumi;
+}
+
+// Integer part of one Q4_K block, as q2_K_block_sums. scale_mask k spreads byte k as int16.
+inline void q4_K_block_sums(const BlockQ4_K& x, const BlockQ8_K& y, const __m256i scale_mask[8], __m256i* isum,
+                            __m256i* summs) {
+  // Unpack the eight 6-bit scales and mins four at a time with 32-bit masks (spec §4 layout).
+  uint32_t u[3];
+  __builtin_memcpy(u, x.scales, 12);
+  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  const __m128i sc_m = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi), static_cast<int>(m_lo),
+                                      static_cast<int>(m_hi));
+  const __m256i scales = _mm256_broadcastsi128_si256(sc_m);  // bytes 0..7 scales, 8..15 mins
+  // mins as int16, each twice: bsums j pairs with min j/2.
+  const __m128i dup = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+  const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sc_m, dup));
+  *summs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), mins);
+
+  const __m256i m15 = _mm256_set1_epi8(0xF);
+  __m256i sumi = _mm256_setzero_si256();
+  for (int c = 0; c < 4; ++c) {
+    const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * c));
+    const __m256i lo = _mm256_and_si256(q4, m15);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
+    const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * c));
+    const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.qs + 64 * c + 32));
+    // codes <= 15, |q8| <= 128: pair sums <= 3840, no int16 saturation.
+    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_shuffle_epi8(scales, scale_mask[2 * c]));
+    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_shuffle_epi8(scales, scale_mask[2 * c + 1]));
+    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
+  }
+  *isum = sumi;
+}
+
+// Shared K-quant driver. Eight blocks at a time: their integer sums are transposed into
+// lanes (block i+k -> lane k = (i+k) % 8) and the per-block float expression
+// d8*d*isum - d8*dmin*summs is evaluated for all eight at once, with the same roundings as
+// the scalar kernel. Leftover blocks take the scalar route into their lanes.
+template <class Block, class BlockSums>
+float k_quant_dot(const Block* x, const BlockQ8_K* y, int64_t nb, BlockSums block_sums) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + kLanes <= nb; i += kLanes) {
+    __m256i isum[8], summs[8];
+    alignas(16) uint16_t xd[8], xm[8];
+    alignas(32) float yd[8];
+    for (int k = 0; k < 8; ++k) {
+      block_sums(x[i + k], y[i + k], &isum[k], &summs[k]);
+      xd[k] = x[i + k].d;
+      xm[k] = x[i + k].dmin;
+      yd[k] = y[i + k].d;
+    }
+    const __m256 d8 = _mm256_load_ps(yd);
+    const __m256 dall = _mm256_mul_ps(d8, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(xd))));
+    const __m256 dmin = _mm256_mul_ps(d8, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(xm))));
+    const __m256 fi = _mm256_cvtepi32_ps(transpose_sum8(isum)), fm = _mm256_cvtepi32_ps(transpose_sum8(summs));
+    acc = _mm256_add_ps(acc, _mm256_sub_ps(_mm256_mul_ps(dall, fi), _mm256_mul_ps(dmin, fm)));
+  }
+  alignas(32) float lanes[kLanes];
+  _mm256_store_ps(lanes, acc);
+  for (; i < nb; ++i) {
+    __m256i isum, summs;
+    block_sums(x[i], y[i], &isum, &summs);
+    const float dall = y[i].d * half_to_float(x[i].d);
+    const float dmin = y[i].d * half_to_float(x[i].dmin);
+    lanes[i % kLanes] += dall * static_cast<float>(hsum_i32(isum)) - dmin * static_cast<float>(hsum_i32(summs));
+  }
+  return fold_lanes8(lanes);
+}
+
+}  // namespace
+
+float vec_dot_q2_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
   __m256i pair_mask[8];
   for (int p = 0; p < 8; ++p) {
     const char a = static_cast<char>(2 * p), b = static_cast<char>(2 * p + 1), z = -1;
     pair_mask[p] = _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z,
                                     b, z, b, z, b, z, b, z, b, z, b, z, b, z, b, z);
   }
-  float lanes[kLanes] = {};
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    const __m128i sc_bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[i].scales));
-    const __m256i scales = _mm256_broadcastsi128_si256(_mm_and_si128(sc_bytes, m4));
-    const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc_bytes, 4), m4));
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
-    const int summs = hsum_i32(_mm256_madd_epi16(bsums, mins));
-
-    __m256i sumi = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
-      const __m256i q2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * h));
-      const int8_t* q8 = y[i].qs + 128 * h;
-      const __m256i q[4] = {_mm256_and_si256(q2, m3), _mm256_and_si256(_mm256_srli_epi16(q2, 2), m3),
-                            _mm256_and_si256(_mm256_srli_epi16(q2, 4), m3),
-                            _mm256_and_si256(_mm256_srli_epi16(q2, 6), m3)};
-      for (int s = 0; s < 4; ++s) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * s));
-        // codes <= 3, |q8| <= 128: pair sums <= 768, no int16 saturation.
-        const __m256i p = _mm256_maddubs_epi16(q[s], a);
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_shuffle_epi8(scales, pair_mask[4 * h + s])));
-      }
-    }
-    const int isum = hsum_i32(sumi);
-    const float dall = y[i].d * half_to_float(x[i].d);
-    const float dmin = y[i].d * half_to_float(x[i].dmin);
-    lanes[i % kLanes] += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
-  }
-  return fold_lanes8(lanes);
+  return k_quant_dot(static_cast<const BlockQ2_K*>(w), static_cast<const BlockQ8_K*>(act), n / kQK_K,
+                     [&pair_mask](const BlockQ2_K& x, const BlockQ8_K& y, __m256i* isum, __m256i* summs) {
+                       q2_K_block_sums(x, y, pair_mask, isum, summs);
+                     });
 }
 
 float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
-  const auto* x = static_cast<const BlockQ4_K*>(w);
-  const auto* y = static_cast<const BlockQ8_K*>(act);
-  const __m256i m15 = _mm256_set1_epi8(0xF);
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  float lanes[kLanes] = {};
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    alignas(8) uint8_t sc[8], m[8];
-    for (int j = 0; j < 8; ++j) q4k_scale_min(j, x[i].scales, &sc[j], &m[j]);
-    // summs = sum_j m_j * (bsums[2j] + bsums[2j+1])
-    const __m256i bsums = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].bsums));
-    const __m256i mins = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m)));
-    const int summs = hsum_i32(_mm256_mullo_epi32(_mm256_madd_epi16(bsums, ones16), mins));
-
-    __m256i sumi = _mm256_setzero_si256();
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i].qs + 32 * c));
-      const __m256i lo = _mm256_and_si256(q4, m15);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
-      const __m256i a0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * c));
-      const __m256i a1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(y[i].qs + 64 * c + 32));
-      // codes <= 15, |q8| <= 128: pair sums <= 3840, no int16 saturation.
-      const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_set1_epi16(sc[2 * c]));
-      const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_set1_epi16(sc[2 * c + 1]));
-      sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-    }
-    const int isum = hsum_i32(sumi);
-    const float dall = y[i].d * half_to_float(x[i].d);
-    const float dmin = y[i].d * half_to_float(x[i].dmin);
-    lanes[i % kLanes] += dall * static_cast<float>(isum) - dmin * static_cast<float>(summs);
+  __m256i scale_mask[8];
+  for (int k = 0; k < 8; ++k) {
+    const char a = static_cast<char>(k), z = -1;
+    scale_mask[k] = _mm256_setr_epi8(a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z,
+                                     a, z, a, z, a, z, a, z, a, z, a, z, a, z, a, z);
   }
-  return fold_lanes8(lanes);
+  return k_quant_dot(static_cast<const BlockQ4_K*>(w), static_cast<const BlockQ8_K*>(act), n / kQK_K,
+                     [&scale_mask](const BlockQ4_K& x, const BlockQ8_K& y, __m256i* isum, __m256i* summs) {
+                       q4_K_block_sums(x, y, scale_mask, isum, summs);
+                     });
 }
 
 }  // namespace ds4::quant
