@@ -25,6 +25,7 @@ std::vector<float> test_matrix(int64_t* nrows, uint32_t seed) {
   rows.push_back(std::vector<float>(kCols, 0.75f));
   rows.push_back(std::vector<float>(kCols, -3.f));
   rows.push_back(gaussian_row(rng, kCols, 1e-30f));  // tiny: f16 scales underflow
+  rows.push_back(gaussian_row(rng, kCols, 1e-39f));  // float denormals: scale searches overflow
   {
     std::uniform_real_distribution<float> u(0.f, 1.f);  // all positive, then all negative
     std::vector<float> p(kCols), m(kCols);
