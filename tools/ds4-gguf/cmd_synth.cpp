@@ -1,0 +1,63 @@
+// ds4-gguf synth --preset flash-q2|flash-q4 [--layers N] [--sparse|--sparse-all] [--seed S] --out FILE
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "command.h"
+#include "convert/synth.h"
+#include "core/error.h"
+
+namespace {
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: ds4-gguf synth --preset flash-q2|flash-q4 [--layers N] [--sparse|--sparse-all] [--seed S] "
+               "--out FILE.gguf\n"
+               "  --sparse      routed experts are file holes (zeros); --sparse-all: every tensor is a hole\n");
+  return 2;
+}
+
+int cmd_synth(int argc, char** argv) {
+  ds4::convert::SynthOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ds4::Error("synth: " + a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--preset") {
+      std::string p = value();
+      auto r = ds4::convert::recipe_from_name(p);
+      if (!r) throw ds4::Error("synth: unknown --preset '" + p + "' (flash-q2, flash-q4; also f32, f16, q8_0)");
+      o.recipe = *r;
+    } else if (a == "--layers") {
+      long n = std::strtol(value().c_str(), nullptr, 10);
+      if (n < 1 || n > 1000) throw ds4::Error("synth: --layers must be in 1..1000");
+      o.layers = static_cast<uint32_t>(n);
+    } else if (a == "--seed") o.seed = std::strtoull(value().c_str(), nullptr, 10);
+    else if (a == "--sparse") o.sparse = ds4::convert::Sparse::Experts;
+    else if (a == "--sparse-all") o.sparse = ds4::convert::Sparse::All;
+    else if (a == "--out") o.out_path = value();
+    else if (a == "-h" || a == "--help") return usage();
+    else {
+      std::fprintf(stderr, "synth: unknown argument '%s'\n", a.c_str());
+      return usage();
+    }
+  }
+  if (o.out_path.empty()) return usage();
+  try {
+    auto rep = ds4::convert::synth(o);
+    std::printf("wrote %s: %zu tensors, %llu bytes (%llu written, the rest holes)\n", o.out_path.c_str(), rep.n_tensors,
+                static_cast<unsigned long long>(rep.file_bytes), static_cast<unsigned long long>(rep.written_bytes));
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "synth: %s\n", e.what());
+    return 1;
+  }
+}
+
+const bool registered = ds4::tools::register_command(
+    {"synth", "--preset flash-q2|flash-q4 [--layers N] [--sparse] [--seed S] --out FILE   synthetic Flash-layout GGUF",
+     cmd_synth});
+
+}  // namespace
