@@ -46,6 +46,7 @@ struct GgmlGguf {
   int64_t (*get_val_i64)(const gguf_context*, int64_t) = ggml_fn<decltype(get_val_i64)>("gguf_get_val_i64");
   double (*get_val_f64)(const gguf_context*, int64_t) = ggml_fn<decltype(get_val_f64)>("gguf_get_val_f64");
   bool (*get_val_bool)(const gguf_context*, int64_t) = ggml_fn<decltype(get_val_bool)>("gguf_get_val_bool");
+  const void* (*get_val_data)(const gguf_context*, int64_t) = ggml_fn<decltype(get_val_data)>("gguf_get_val_data");
   const char* (*get_val_str)(const gguf_context*, int64_t) = ggml_fn<decltype(get_val_str)>("gguf_get_val_str");
   int64_t (*get_n_tensors)(const gguf_context*) = ggml_fn<decltype(get_n_tensors)>("gguf_get_n_tensors");
   const char* (*get_tensor_name)(const gguf_context*, int64_t) = ggml_fn<decltype(get_tensor_name)>("gguf_get_tensor_name");
