@@ -50,6 +50,12 @@ float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n);
 float vec_dot_f32_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_f16_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n);
+// --- dequant_avx2.cpp: same floats as the scalar decoders, bit for bit ---
+void dequantize_row_q8_0_avx2(const void* src, float* dst, int64_t n);
+void dequantize_row_q2_K_avx2(const void* src, float* dst, int64_t n);
+void dequantize_row_q4_K_avx2(const void* src, float* dst, int64_t n);
+void dequantize_row_f16_avx2(const void* src, float* dst, int64_t n);
+void dequantize_row_bf16_avx2(const void* src, float* dst, int64_t n);
 #endif
 
 }  // namespace ds4::quant

@@ -114,6 +114,18 @@ bool have_avx2() { return cpu_has_avx2(); }
 
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
   check_row("dequantize_row", type, n, src, dst);
+#if DS4_HAVE_AVX2_BUILD
+  if (cpu_has_avx2()) {
+    switch (type) {
+      case GgmlType::F16: dequantize_row_f16_avx2(src, dst, n); return;
+      case GgmlType::BF16: dequantize_row_bf16_avx2(src, dst, n); return;
+      case GgmlType::Q8_0: dequantize_row_q8_0_avx2(src, dst, n); return;
+      case GgmlType::Q2_K: dequantize_row_q2_K_avx2(src, dst, n); return;
+      case GgmlType::Q4_K: dequantize_row_q4_K_avx2(src, dst, n); return;
+      default: break;
+    }
+  }
+#endif
   switch (type) {
     case GgmlType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case GgmlType::F16: dequantize_row_f16(src, dst, n); return;

@@ -1,8 +1,10 @@
 // Decoding random blocks (every byte random; scales drawn from edge cases: zeros, denormals,
-// infinities, NaNs) must give ggml's floats bit for bit, NaN payloads included.
+// infinities, NaNs) must give ggml's floats bit for bit, NaN payloads included, through the
+// dispatching API (AVX2 where available) and through the portable scalar decoder.
 #include <gtest/gtest.h>
 
 #include "ggml_quant.h"
+#include "quant/kernels.h"
 #include "quant/quant.h"
 
 namespace ds4::test {
@@ -16,6 +18,7 @@ struct Layout {
   int block_elems;
   std::vector<size_t> half_offsets;  // where the f16 scales sit inside a block
   GgmlQuant::Dequant (*oracle)();
+  void (*scalar)(const void*, float*, int64_t);
 };
 
 void check_random_blocks(const Layout& L, uint32_t seed) {
@@ -31,20 +34,26 @@ void check_random_blocks(const Layout& L, uint32_t seed) {
   std::vector<float> want(n), got(n);
   L.oracle()(blocks.data(), want.data(), n);
   dequantize_row(L.type, blocks.data(), got.data(), n);
-  const int64_t bad = first_bit_mismatch(got, want);
-  ASSERT_EQ(bad, -1) << "element " << bad << " got " << got[bad] << " want " << want[bad];
+  int64_t bad = first_bit_mismatch(got, want);
+  ASSERT_EQ(bad, -1) << "dispatched: element " << bad << " got " << got[bad] << " want " << want[bad];
+  std::fill(got.begin(), got.end(), 0.f);
+  L.scalar(blocks.data(), got.data(), n);
+  bad = first_bit_mismatch(got, want);
+  ASSERT_EQ(bad, -1) << "scalar: element " << bad << " got " << got[bad] << " want " << want[bad];
 }
 
 TEST(Dequantize, Q8_0MatchesGgmlBitForBit) {
-  check_random_blocks({GgmlType::Q8_0, 34, 32, {0}, [] { return GgmlQuant::get().dequantize_q8_0; }}, 11);
+  check_random_blocks({GgmlType::Q8_0, 34, 32, {0}, [] { return GgmlQuant::get().dequantize_q8_0; }, quant::dequantize_row_q8_0}, 11);
 }
 
 TEST(Dequantize, Q2_KMatchesGgmlBitForBit) {
-  check_random_blocks({GgmlType::Q2_K, 84, 256, {80, 82}, [] { return GgmlQuant::get().dequantize_q2_K; }}, 12);
+  check_random_blocks({GgmlType::Q2_K, 84, 256, {80, 82}, [] { return GgmlQuant::get().dequantize_q2_K; }, quant::dequantize_row_q2_K},
+                      12);
 }
 
 TEST(Dequantize, Q4_KMatchesGgmlBitForBit) {
-  check_random_blocks({GgmlType::Q4_K, 144, 256, {0, 2}, [] { return GgmlQuant::get().dequantize_q4_K; }}, 13);
+  check_random_blocks({GgmlType::Q4_K, 144, 256, {0, 2}, [] { return GgmlQuant::get().dequantize_q4_K; }, quant::dequantize_row_q4_K},
+                      13);
 }
 
 TEST(Dequantize, Q8_KMatchesGgmlBitForBit) {
@@ -62,16 +71,20 @@ TEST(Dequantize, Q8_KMatchesGgmlBitForBit) {
   EXPECT_EQ(first_bit_mismatch(got, want), -1);
 }
 
-TEST(Dequantize, HalfAndBf16RowsMatchGgml) {
-  std::mt19937 rng(15);
-  std::vector<uint16_t> h(4096);
-  for (auto& v : h) v = static_cast<uint16_t>(rng());
+TEST(Dequantize, EveryHalfAndBf16MatchesGgmlOnBothPaths) {
+  std::vector<uint16_t> h(65536 + 7);  // every pattern, plus a tail shorter than a vector
+  for (size_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i * 40503u);
   std::vector<float> want(h.size()), got(h.size());
-  GgmlQuant::get().fp16_to_fp32_row(h.data(), want.data(), 4096);
-  dequantize_row(GgmlType::F16, h.data(), got.data(), 4096);
+  const auto n = static_cast<int64_t>(h.size());
+  GgmlQuant::get().fp16_to_fp32_row(h.data(), want.data(), n);
+  dequantize_row(GgmlType::F16, h.data(), got.data(), n);
   EXPECT_EQ(first_bit_mismatch(got, want), -1);
-  GgmlQuant::get().bf16_to_fp32_row(h.data(), want.data(), 4096);
-  dequantize_row(GgmlType::BF16, h.data(), got.data(), 4096);
+  quant::dequantize_row_f16(h.data(), got.data(), n);
+  EXPECT_EQ(first_bit_mismatch(got, want), -1);
+  GgmlQuant::get().bf16_to_fp32_row(h.data(), want.data(), n);
+  dequantize_row(GgmlType::BF16, h.data(), got.data(), n);
+  EXPECT_EQ(first_bit_mismatch(got, want), -1);
+  quant::dequantize_row_bf16(h.data(), got.data(), n);
   EXPECT_EQ(first_bit_mismatch(got, want), -1);
 }
 
