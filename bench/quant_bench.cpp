@@ -1,7 +1,8 @@
-// Codec throughput: dequantize and dot product per weight format, scalar vs AVX2, reported as
-// GB/s of weight bytes processed. Two working sets: "cache" (256 KiB of weights, stays in
-// L2) and "dram" (128 MiB, streamed from memory as a GEMV does).
-//   build-*/bench/quant_bench --benchmark_min_time=0.5
+// Codec throughput: dequantize and dot product per weight format, scalar vs AVX2 kernels
+// called directly, reported as GB/s of weight bytes read (F32 "dequantize" is a memcpy).
+// Two working sets: "cache" (256 KiB of weights, stays in L2) and "dram" (128 MiB, streamed
+// from memory as a GEMV does). Dots use one 4096-element activation row per weight row.
+//   build-*/bench/quant_bench --benchmark_min_time=0.3
 // Block contents are random bytes with finite normal f16 scales (timing does not depend on
 // the values, except that denormal or NaN scales could slow the float paths, so none).
 #include <benchmark/benchmark.h>
@@ -82,18 +83,22 @@ std::vector<uint8_t> activation(GgmlType wt) {
   return out;
 }
 
-void BM_Dequantize(benchmark::State& state, GgmlType t, size_t bytes) {
+using DequantFn = void (*)(const void*, float*, int64_t);
+
+void BM_Dequantize(benchmark::State& state, GgmlType t, size_t bytes, DequantFn fn) {
   const Weights& w = weights(t, bytes);
   std::vector<float> out(kRow);
   for (auto _ : state) {
     for (int64_t r = 0; r < w.rows; ++r) {
-      q::dequantize_row(t, w.bytes.data() + r * w.row_bytes, out.data(), kRow);
+      fn(w.bytes.data() + r * w.row_bytes, out.data(), kRow);
       benchmark::DoNotOptimize(out.data());
     }
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(w.bytes.size()));
 }
+
+void copy_f32(const void* src, float* dst, int64_t n) { std::memcpy(dst, src, static_cast<size_t>(n) * 4); }
 
 void BM_Dot(benchmark::State& state, GgmlType t, size_t bytes, q::DotFn fn) {
   const Weights& w = weights(t, bytes);
@@ -109,34 +114,37 @@ void BM_Dot(benchmark::State& state, GgmlType t, size_t bytes, q::DotFn fn) {
 struct Format {
   const char* name;
   GgmlType type;
-  q::DotFn scalar, avx2;
+  DequantFn deq_scalar, deq_avx2;
+  q::DotFn dot_scalar, dot_avx2;
 };
 
 int register_all() {
   std::vector<Format> formats = {
-      {"q8_0", GgmlType::Q8_0, q::vec_dot_q8_0_q8_0_scalar, nullptr},
-      {"q2_K", GgmlType::Q2_K, q::vec_dot_q2_K_q8_K_scalar, nullptr},
-      {"q4_K", GgmlType::Q4_K, q::vec_dot_q4_K_q8_K_scalar, nullptr},
-      {"f16", GgmlType::F16, q::vec_dot_f16_f32_scalar, nullptr},
-      {"bf16", GgmlType::BF16, q::vec_dot_bf16_f32_scalar, nullptr},
-      {"f32", GgmlType::F32, q::vec_dot_f32_f32_scalar, nullptr},
+      {"q8_0", GgmlType::Q8_0, q::dequantize_row_q8_0, nullptr, q::vec_dot_q8_0_q8_0_scalar, nullptr},
+      {"q2_K", GgmlType::Q2_K, q::dequantize_row_q2_K, nullptr, q::vec_dot_q2_K_q8_K_scalar, nullptr},
+      {"q4_K", GgmlType::Q4_K, q::dequantize_row_q4_K, nullptr, q::vec_dot_q4_K_q8_K_scalar, nullptr},
+      {"f16", GgmlType::F16, q::dequantize_row_f16, nullptr, q::vec_dot_f16_f32_scalar, nullptr},
+      {"bf16", GgmlType::BF16, q::dequantize_row_bf16, nullptr, q::vec_dot_bf16_f32_scalar, nullptr},
+      {"f32", GgmlType::F32, copy_f32, nullptr, q::vec_dot_f32_f32_scalar, nullptr},
   };
 #if DS4_HAVE_AVX2_BUILD
-  formats[0].avx2 = q::vec_dot_q8_0_q8_0_avx2;
-  formats[1].avx2 = q::vec_dot_q2_K_q8_K_avx2;
-  formats[2].avx2 = q::vec_dot_q4_K_q8_K_avx2;
-  formats[3].avx2 = q::vec_dot_f16_f32_avx2;
-  formats[4].avx2 = q::vec_dot_bf16_f32_avx2;
-  formats[5].avx2 = q::vec_dot_f32_f32_avx2;
+  const DequantFn deq_avx2[] = {q::dequantize_row_q8_0_avx2, q::dequantize_row_q2_K_avx2, q::dequantize_row_q4_K_avx2,
+                                q::dequantize_row_f16_avx2, q::dequantize_row_bf16_avx2, nullptr};
+  const q::DotFn dot_avx2[] = {q::vec_dot_q8_0_q8_0_avx2, q::vec_dot_q2_K_q8_K_avx2, q::vec_dot_q4_K_q8_K_avx2,
+                               q::vec_dot_f16_f32_avx2,   q::vec_dot_bf16_f32_avx2,  q::vec_dot_f32_f32_avx2};
+  if (q::have_avx2())
+    for (size_t k = 0; k < formats.size(); ++k) formats[k].deq_avx2 = deq_avx2[k], formats[k].dot_avx2 = dot_avx2[k];
 #endif
   const std::pair<const char*, size_t> sizes[] = {{"cache", 256u << 10}, {"dram", 128u << 20}};
   for (const auto& [sname, bytes] : sizes)
     for (const auto& f : formats) {
       const std::string suffix = std::string(f.name) + "/" + sname;
-      benchmark::RegisterBenchmark(("dequantize/" + suffix).c_str(), BM_Dequantize, f.type, bytes);
-      benchmark::RegisterBenchmark(("dot_scalar/" + suffix).c_str(), BM_Dot, f.type, bytes, f.scalar);
-      if (f.avx2 && q::have_avx2())
-        benchmark::RegisterBenchmark(("dot_avx2/" + suffix).c_str(), BM_Dot, f.type, bytes, f.avx2);
+      benchmark::RegisterBenchmark(("dequantize_scalar/" + suffix).c_str(), BM_Dequantize, f.type, bytes, f.deq_scalar);
+      if (f.deq_avx2)
+        benchmark::RegisterBenchmark(("dequantize_avx2/" + suffix).c_str(), BM_Dequantize, f.type, bytes, f.deq_avx2);
+      benchmark::RegisterBenchmark(("dot_scalar/" + suffix).c_str(), BM_Dot, f.type, bytes, f.dot_scalar);
+      if (f.dot_avx2)
+        benchmark::RegisterBenchmark(("dot_avx2/" + suffix).c_str(), BM_Dot, f.type, bytes, f.dot_avx2);
     }
   return 0;
 }
