@@ -138,6 +138,19 @@ std::string_view task_token(Task t) {
   return "";
 }
 
+// The encoder tests `if response_format:`, so Python's falsy values add nothing.
+bool py_truthy(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null: return false;
+    case Json::value_t::boolean: return j.get<bool>();
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned:
+    case Json::value_t::number_float: return j.get<double>() != 0.0;
+    case Json::value_t::string: return !j.get_ref<const std::string&>().empty();
+    default: return !j.empty();
+  }
+}
+
 void append_tools_and_format(const Message& m, std::string& out) {
   if (!m.tools.empty()) {
     out += "\n\n";
@@ -148,8 +161,7 @@ void append_tools_and_format(const Message& m, std::string& out) {
     }
     out += mark::kToolsTail;
   }
-  // Python truthiness: an empty object or null schema adds nothing.
-  if (m.response_format && !m.response_format->is_null() && !m.response_format->empty()) {
+  if (m.response_format && py_truthy(*m.response_format)) {
     out += "\n\n";
     out += mark::kResponseFormatLead;
     py_json_dump_to(*m.response_format, out);

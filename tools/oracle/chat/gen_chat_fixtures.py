@@ -179,6 +179,9 @@ def cases():
                     note="transition is written before the reminder"))
     out.append(case("response_format_on_system",
                     [{"role": "system", "content": "Reply in JSON.", "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}}}, u("Go")]))
+    out.append(case("falsy_response_format_ignored",
+                    [{"role": "system", "content": "S", "response_format": {}},
+                     {"role": "developer", "content": "D", "response_format": ""}, u("Go")], thinking="none"))
     out.append(case("task_action_chat",
                     [SYS, u("Classify"), a("fine"), dict(u("What should I do?"), task="action"), a("Search")], thinking="none"))
     out.append(case("task_query_thinking",
@@ -195,6 +198,15 @@ def cases():
                      a("", "step 1", tool_calls=[tc("m1", "search", {"queries": "a"})]), tool("m1", "A"),
                      a("", "step 2", tool_calls=[tc("m2", "search", {"queries": "b"})]), tool("m2", "B")],
                     note="no tools defined: earlier reasoning dropped; tool results are user turns"))
+    out.append(case("argument_duplicate_keys_last_value_first_position",
+                    [SYS, u("Dup"), a("", "", tool_calls=[tc("d1", "odd", '{"a": 1, "b": "x", "a": [2]}')])], thinking="none",
+                    note="Python dicts keep the first position and the last value"))
+    out.append(case("argument_number_spellings",
+                    [SYS, u("Num"), a("", "", tool_calls=[tc("n2", "odd", '{"i": -0, "f": -0.0, "e": 1E2, "s": 1.50, "u": "\\u00e9\\n"}')])], thinking="none",
+                    note="numbers re-serialized the Python way, escapes decoded"))
+    out.append(case("task_title_chat", [SYS, dict(u("Summarize as a title"), task="title")], thinking="none"))
+    out.append(case("task_read_url_then_tool", [SYS, dict(u("Read it"), task="read_url"), tool("r", "page")], thinking="none",
+                    note="a tool result merges into a task user turn"))
     out.append(case("empty_conversation", [], note="BOS only"))
     out.append(case("system_only", [SYS], note="no generation prompt after a system message"))
     out.append(case("empty_user_content", [SYS, u("")]))
