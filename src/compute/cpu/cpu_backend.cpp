@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "compute/backend.h"
-#include "compute/cpu/float_dot.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -41,32 +40,36 @@ class CpuBackend final : public Backend {
   std::vector<uint8_t> act_buf_;
 };
 
-bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-
 void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y) {
   if (rows <= 0 || w.n_out <= 0) return;
-  // About 64K multiply-adds per chunk keeps the pool's overhead small on toy shapes.
-  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, w.n_in * rows));
-  if (is_float_type(w.type)) {
-    parallel(w.n_out, grain, [&](int64_t o0, int64_t o1) {
-      for (int64_t o = o0; o < o1; ++o) {
-        const uint8_t* wr = w.row(o);
-        for (int64_t r = 0; r < rows; ++r) y[r * w.n_out + o] = float_row_dot(w.type, wr, x + r * w.n_in, w.n_in);
-      }
-    });
-    return;
-  }
+  // Activations go to the format the weight's dot product expects (Q8_0 / Q8_K for quantized
+  // weights, as ggml and ds4 do; f32 rows are used as they are).
   const GgmlType at = quant::vec_dot_type(w.type);
-  const size_t abytes = row_bytes(traits(at), static_cast<uint64_t>(w.n_in));
-  act_buf_.resize(abytes * static_cast<size_t>(rows));
-  uint8_t* acts = act_buf_.data();
-  parallel(rows, 1, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) quant::quantize_activation_row(at, x + r * w.n_in, acts + r * abytes, w.n_in);
-  });
-  parallel(w.n_out, grain, [&](int64_t o0, int64_t o1) {
-    for (int64_t o = o0; o < o1; ++o) {
-      const uint8_t* wr = w.row(o);
-      for (int64_t r = 0; r < rows; ++r) y[r * w.n_out + o] = quant::vec_dot(w.type, wr, acts + r * abytes, w.n_in);
+  const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
+  size_t abytes = static_cast<size_t>(w.n_in) * sizeof(float);
+  if (at != GgmlType::F32) {
+    abytes = row_bytes(traits(at), static_cast<uint64_t>(w.n_in));
+    act_buf_.resize(abytes * static_cast<size_t>(rows));
+    uint8_t* q = act_buf_.data();
+    parallel(rows, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) quant::quantize_activation_row(at, x + r * w.n_in, q + r * abytes, w.n_in);
+    });
+    acts = q;
+  }
+  // Tiles of kTile weight rows stay in cache while every activation row passes over them, so
+  // each weight byte is read from memory once per call. Every (row, token) dot is computed the
+  // same way whatever the batch, which keeps prefill and decode identical.
+  constexpr int64_t kTile = 16;
+  const int64_t n_tiles = (w.n_out + kTile - 1) / kTile;
+  const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, w.n_in * rows * kTile));
+  parallel(n_tiles, grain, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t o0 = t * kTile, o1 = std::min(w.n_out, o0 + kTile);
+      for (int64_t r = 0; r < rows; ++r) {
+        const uint8_t* a = acts + static_cast<size_t>(r) * abytes;
+        float* yr = y + r * w.n_out;
+        for (int64_t o = o0; o < o1; ++o) yr[o] = quant::vec_dot(w.type, w.row(o), a, w.n_in);
+      }
     }
   });
 }
@@ -116,7 +119,7 @@ void CpuBackend::sink_attention(const float* q, int64_t n_heads, int64_t head_di
       const float* qh = q + h * head_dim;
       float m = sinks[h];
       for (int64_t k = 0; k < kv.count; ++k) {
-        s[k] = float_dot_f32(qh, kv.rows[k], head_dim) * scale;
+        s[k] = quant::vec_dot(GgmlType::F32, qh, kv.rows[k], head_dim) * scale;
         m = std::max(m, s[k]);
       }
       float denom = std::exp(sinks[h] - m);
