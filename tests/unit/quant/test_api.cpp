@@ -4,10 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
+#include "common/ggml_lib.h"
 #include "core/error.h"
 #include "quant/quant.h"
+#if DS4_HAVE_IQ2_XXS
+#include "quant/iq2_xxs.h"
+#endif
 
 namespace ds4::test {
 namespace {
@@ -85,6 +91,28 @@ TEST(QuantApi, ReturnsBytesWritten) {
   EXPECT_EQ(quantize_rows(GgmlType::Q8_0, x.data(), buf.data(), 3, 512, nullptr), 3u * 16 * 34);
   EXPECT_EQ(quantize_rows(GgmlType::BF16, x.data(), buf.data(), 3, 512, nullptr), 3u * 512 * 2);
 }
+
+
+#if DS4_HAVE_IQ2_XXS
+// The IQ2_XXS codec is tested in tests/unit/quant_iq2; here only that the API routes to it.
+TEST(QuantApi, RoutesIq2XxsToItsCodec) {
+  std::mt19937 rng(5);
+  std::vector<uint8_t> w(66 * 4);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  for (int b = 0; b < 4; ++b) w[66 * b] = 0x12, w[66 * b + 1] = 0x2C;  // d ~ 0.07
+  std::vector<float> want(1024), got(1024);
+  ggml_fn<void (*)(const void*, float*, int64_t)>("dequantize_row_iq2_xxs")(w.data(), want.data(), 1024);
+  dequantize_row(GgmlType::IQ2_XXS, w.data(), got.data(), 1024);
+  EXPECT_TRUE(std::memcmp(want.data(), got.data(), 4096) == 0);
+  std::vector<float> x(1024);
+  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 200) - 100) / 64.f;
+  std::vector<uint8_t> a(292 * 4);
+  quant::quantize_activation_row(quant::vec_dot_type(GgmlType::IQ2_XXS), x.data(), a.data(), 1024);
+  const float s = quant::vec_dot_scalar(GgmlType::IQ2_XXS, w.data(), a.data(), 1024);
+  EXPECT_EQ(s, quant::vec_dot_iq2_xxs_q8_K_scalar(w.data(), a.data(), 1024));
+  EXPECT_EQ(quant::vec_dot(GgmlType::IQ2_XXS, w.data(), a.data(), 1024), s);  // AVX2 equals scalar
+}
+#endif
 
 }  // namespace
 }  // namespace ds4::test
