@@ -6,6 +6,7 @@
 #include "quant/iq2_xxs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -308,12 +309,16 @@ void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n) {
       // Sub-block scale (0.5 + s)/4 * d, evaluated in ggml's order.
       const float db = d * (0.5f + static_cast<float>(aux[1] >> 28)) * 0.25f;
       for (int l = 0; l < 4; ++l) {
-        const uint64_t grid = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
-        const uint8_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
+        uint8_t mag[8];
+        std::memcpy(mag, &iq2xxs_grid[(aux[0] >> (8 * l)) & 255], sizeof mag);  // little-endian bytes
+        const uint32_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
         for (int j = 0; j < 8; ++j) {
-          const float mag = static_cast<float>((grid >> (8 * j)) & 0xff);
-          *dst++ = db * mag * ((signs & kmask_iq2xs[j]) ? -1.f : 1.f);
+          // ggml writes db*grid*(sign ? -1 : 1); multiplying by -1 is a sign flip (its compiled
+          // code flips the bit too, NaN included), done here without a data-dependent branch.
+          const float v = db * static_cast<float>(mag[j]);
+          dst[j] = std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (((signs >> j) & 1u) << 31));
         }
+        dst += 8;
       }
     }
   }
@@ -351,17 +356,6 @@ void check_dot_args(const void* w, const void* q8k, int64_t n) {
   if (n > 0 && (!w || !q8k)) fail("IQ2_XXS dot: null row for {} elements", n);
 }
 
-float accumulate_block_sums(float sumf, const void* w_blocks, const void* q8k_blocks, const int32_t* bsum,
-                            int64_t count) {
-  const auto* w = static_cast<const BlockIQ2_XXS*>(w_blocks);
-  const auto* y = static_cast<const BlockQ8_K*>(q8k_blocks);
-  for (int64_t b = 0; b < count; ++b) {
-    const float d = fp16_to_fp32(w[b].d) * y[b].d;
-    sumf += d * static_cast<float>(bsum[b]);
-  }
-  return sumf;
-}
-
 }  // namespace iq2xxs_detail
 
 float vec_dot_iq2_xxs_q8_K_scalar(const void* w, const void* q8k, int64_t n) {
@@ -381,14 +375,18 @@ float vec_dot_iq2_xxs_q8_K_scalar(const void* w, const void* q8k, int64_t n) {
         const uint64_t grid = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
         const uint8_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
         for (int j = 0; j < 8; ++j) {
-          const int32_t g = static_cast<int32_t>((grid >> (8 * j)) & 0xff);
-          sumi += g * q8[j] * ((signs & kmask_iq2xs[j]) ? -1 : 1);
+          const int32_t prod = static_cast<int32_t>((grid >> (8 * j)) & 0xff) * q8[j];
+          const int32_t neg = -static_cast<int32_t>((signs & kmask_iq2xs[j]) != 0);  // 0 or -1
+          sumi += (prod ^ neg) - neg;  // prod or -prod, without a branch
         }
         q8 += 8;
       }
       bsum += sumi * ls;
     }
-    sumf = iq2xxs_detail::accumulate_block_sums(sumf, x + b, y + b, &bsum, 1);
+    const float d = fp16_to_fp32(x[b].d) * y[b].d;
+    float prod = d * static_cast<float>(bsum);
+    __asm__("" : "+x"(prod));  // rounded product, then the add (as ggml's generic build): no FMA
+    sumf += prod;
   }
   return 0.125f * sumf;
 }

@@ -32,16 +32,12 @@ size_t quantize_iq2_xxs(const float* src, void* dst, int64_t nrows, int64_t n_pe
 // sum_i w[i]*x[i] for one IQ2_XXS row w and one Q8_K row q8k of n elements, with ggml's
 // arithmetic: exact integer sums per block, then sumf += (d_w*d_x)*bsum block by block, * 1/8.
 float vec_dot_iq2_xxs_q8_K_scalar(const void* w, const void* q8k, int64_t n);
-// Same result bit for bit; needs a CPU with AVX2 (the caller checks).
+// Same result bit for bit; needs a CPU with AVX2, FMA and F16C (the caller checks).
 float vec_dot_iq2_xxs_q8_K_avx2(const void* w, const void* q8k, int64_t n);
 
 namespace iq2xxs_detail {
-// Shared by the scalar and AVX2 dot products so that both perform the very same float
-// operations: sumf += (f16(w[b].d) * q8k[b].d) * bsum[b] for b in [0, count), in order.
-// Lives in iq2_xxs.cpp, which is compiled without -mavx2/-mfma (no fused multiply-add).
-float accumulate_block_sums(float sumf, const void* w_blocks, const void* q8k_blocks, const int32_t* bsum,
-                            int64_t count);
 // Throws ds4::Error unless n is a non-negative multiple of 256 and the pointers are usable.
+// Out of line so that the AVX2 file needs no fmt/error code of its own.
 void check_dot_args(const void* w, const void* q8k, int64_t n);
 }  // namespace iq2xxs_detail
 

@@ -38,10 +38,19 @@ struct GgmlIq2 {
       r.vec_dot_generic = reinterpret_cast<decltype(r.vec_dot_generic)>(dlsym(cpu, "ggml_vec_dot_iq2_xxs_q8_K_generic"));
       if (!cpu_init || !r.vec_dot_generic) throw std::runtime_error("libggml-cpu-x64.so lacks the expected symbols");
       cpu_init();  // fills the f16 -> f32 table the portable code reads
-      r.quantize_init(kGgmlTypeIq2xxs);  // builds ggml's IQ2_XXS grid map and neighbour lists
       return r;
     }();
     return g;
+  }
+
+  // ggml's quantize_iq2_xxs needs its grid map and neighbour lists (about a second to build).
+  size_t quantize_rows(const float* x, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) const {
+    static const bool ready = [this] {
+      quantize_init(kGgmlTypeIq2xxs);
+      return true;
+    }();
+    (void)ready;
+    return quantize(x, dst, nrows, n_per_row, imatrix);
   }
 
   float vec_dot(const void* w, const void* q8k, int64_t n) const {

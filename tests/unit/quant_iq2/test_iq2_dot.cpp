@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -22,7 +23,9 @@ namespace {
 using test::GgmlIq2;
 using test::gaussian;
 
-bool cpu_has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+bool cpu_has_avx2_fma() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
 
 // Weight rows independent of our quantizer: random grid/sign/scale bits with model-like d.
 std::vector<BlockIQ2_XXS> random_weight_blocks(std::mt19937& rng, size_t count) {
@@ -68,23 +71,47 @@ TEST(Iq2Dot, ScalarMatchesGgmlGenericAndAvx2MatchesScalar) {
 }
 
 TEST(Iq2Dot, ArbitraryQ8KBytesIncludingMinus128) {
-  // Q8_K blocks with random int8 values (-128 included, which ggml's quantizer never emits):
-  // exercises the AVX2 sign handling against the scalar and ggml integer arithmetic.
+  // Q8_K blocks with random int8 values over the full range, including -128 (which ggml's
+  // quantizer never emits and the AVX2 path must route to its exact fallback): all -128,
+  // [-127, 127] (the SIMD path at its extremes), and [-128, 127] mixed.
   std::mt19937 rng(12);
-  std::uniform_int_distribution<int> q(-128, 127);
   const int64_t nb = 40, n = nb * 256;
-  for (int rep = 0; rep < 10; ++rep) {
+  for (int rep = 0; rep < 12; ++rep) {
+    std::uniform_int_distribution<int> q(rep % 3 == 1 ? -127 : -128, rep % 3 == 0 ? -128 : 127);
     const auto w = random_weight_blocks(rng, nb);
     std::vector<BlockQ8_K> y(nb);
     for (auto& b : y) {
       b.d = std::uniform_real_distribution<float>(-0.1f, 0.1f)(rng);
-      for (auto& v : b.qs) v = static_cast<int8_t>(rep == 0 ? -128 : q(rng));
+      for (auto& v : b.qs) v = static_cast<int8_t>(q(rng));
       std::memset(b.bsums, 0, sizeof b.bsums);  // unused by IQ2_XXS
     }
     const float ours = vec_dot_iq2_xxs_q8_K_scalar(w.data(), y.data(), n);
     ASSERT_EQ(bits(ours), bits(GgmlIq2::get().vec_dot(w.data(), y.data(), n))) << rep;
     if (cpu_has_avx2_fma()) {
       ASSERT_EQ(bits(vec_dot_iq2_xxs_q8_K_avx2(w.data(), y.data(), n)), bits(ours)) << rep;
+    }
+  }
+}
+
+TEST(Iq2Dot, SpecialScalesPropagateIdentically) {
+  // f16 weight scales and f32 activation scales that are zero, subnormal, huge, inf or NaN:
+  // the float tail (conversion, products, sum) must give the same bits in all three versions.
+  constexpr uint16_t kHalf[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x3c00};
+  const float kF32[] = {0.f, -0.f, 1e-40f, 3e38f, -1.f, std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN(), 0.5f};
+  std::mt19937 rng(14);
+  const int64_t nb = 4, n = nb * 256;
+  for (uint16_t h : kHalf) {
+    for (float f : kF32) {
+      auto w = random_weight_blocks(rng, nb);
+      auto y = q8k_from(gaussian(rng, n, 1.f));
+      w[1].d = h;
+      y[2].d = f;
+      const float ours = vec_dot_iq2_xxs_q8_K_scalar(w.data(), y.data(), n);
+      ASSERT_EQ(bits(ours), bits(GgmlIq2::get().vec_dot(w.data(), y.data(), n))) << std::hex << h << " " << f;
+      if (cpu_has_avx2_fma()) {
+        ASSERT_EQ(bits(vec_dot_iq2_xxs_q8_K_avx2(w.data(), y.data(), n)), bits(ours)) << std::hex << h << " " << f;
+      }
     }
   }
 }

@@ -34,7 +34,7 @@ void expect_same_bytes(const Case& c) {
   const size_t bytes = static_cast<size_t>(c.nrows * c.n_per_row / 256 * 66);
   std::vector<uint8_t> ours(bytes, 0xAA), ref(bytes, 0x55);
   EXPECT_EQ(quantize_iq2_xxs(c.x.data(), ours.data(), c.nrows, c.n_per_row, c.imatrix.data()), bytes);
-  EXPECT_EQ(GgmlIq2::get().quantize(c.x.data(), ref.data(), c.nrows, c.n_per_row, c.imatrix.data()), bytes);
+  EXPECT_EQ(GgmlIq2::get().quantize_rows(c.x.data(), ref.data(), c.nrows, c.n_per_row, c.imatrix.data()), bytes);
   int bad = 0;
   for (size_t b = 0; b < bytes / 66; ++b) {
     if (std::memcmp(ours.data() + 66 * b, ref.data() + 66 * b, 66) != 0 && ++bad <= 3)
@@ -50,7 +50,7 @@ std::vector<float> uniform(std::mt19937& rng, size_t n, float lo, float hi) {
   return v;
 }
 
-TEST(Iq2Quantize, GaussianRowsOfSeveralScalesMatchGgml) {
+void gaussian_rows_of_several_scales() {
   std::mt19937 rng(42);
   const int64_t n = 2048;
   for (float sigma : {1e-4f, 0.02f, 1.0f, 40.0f}) {
@@ -59,7 +59,7 @@ TEST(Iq2Quantize, GaussianRowsOfSeveralScalesMatchGgml) {
   }
 }
 
-TEST(Iq2Quantize, ImportancePatternsMatchGgml) {
+void importance_patterns() {
   std::mt19937 rng(7);
   const int64_t n = 1024;
   const auto x = gaussian(rng, 2 * n, 0.05f);
@@ -75,7 +75,7 @@ TEST(Iq2Quantize, ImportancePatternsMatchGgml) {
   expect_same_bytes({"importance with zeros", 2, n, x, sparse});
 }
 
-TEST(Iq2Quantize, OutliersZerosAndTinyValuesMatchGgml) {
+void outliers_zeros_and_tiny_values() {
   std::mt19937 rng(99);
   const int64_t n = 1024;
   const auto imatrix = uniform(rng, n, 0.1f, 2.f);
@@ -103,7 +103,7 @@ TEST(Iq2Quantize, OutliersZerosAndTinyValuesMatchGgml) {
   expect_same_bytes({"constant magnitudes", 1, n, constant, std::vector<float>(n, 1.f)});
 }
 
-TEST(Iq2Quantize, ManyRandomRowsMatchGgml) {
+void many_random_rows() {
   // Broad sweep: rows with random scale and random importance, 4096 wide like DeepSeek's
   // expert gate/up rows.
   std::mt19937 rng(2024);
@@ -115,6 +115,36 @@ TEST(Iq2Quantize, ManyRandomRowsMatchGgml) {
     x.insert(x.end(), row.begin(), row.end());
   }
   expect_same_bytes({"random rows", rows, n, x, uniform(rng, n, 0.f, 1.f)});
+}
+
+void heavy_tailed_and_skewed_rows() {
+  // Laplace, Student-t(3) and shifted-uniform rows stress sign flips, outliers and the
+  // neighbour search differently from Gaussians.
+  std::mt19937 rng(31337);
+  const int64_t n = 2048, rows = 6;
+  std::vector<float> x;
+  std::exponential_distribution<float> expo(30.f);
+  std::student_t_distribution<float> student(3.f);
+  std::uniform_real_distribution<float> unit(-0.2f, 1.f);
+  for (int r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < n; ++i) {
+      float v = r % 3 == 0 ? (i % 2 ? 1.f : -1.f) * expo(rng) : r % 3 == 1 ? 0.01f * student(rng) : 0.05f * unit(rng);
+      x.push_back(v);
+    }
+  }
+  auto imatrix = gaussian(rng, n, 1.f);
+  for (auto& v : imatrix) v = v * v;
+  expect_same_bytes({"heavy-tailed and skewed rows", rows, n, x, imatrix});
+}
+
+// One test for all ggml comparisons: ggml builds its IQ2_XXS search tables once per process
+// (about a second), and ctest runs every TEST in a process of its own.
+TEST(Iq2Quantize, MatchesGgmlByteForByte) {
+  gaussian_rows_of_several_scales();
+  importance_patterns();
+  outliers_zeros_and_tiny_values();
+  many_random_rows();
+  heavy_tailed_and_skewed_rows();
 }
 
 TEST(Iq2Quantize, ReconstructionErrorIsPlausible) {
