@@ -16,6 +16,7 @@
 #include "ggml_iq2.h"
 #include "quant/blocks.h"
 #include "quant/iq2_xxs.h"
+#include "quant/quant.h"
 
 namespace ds4::quant {
 namespace {
@@ -23,9 +24,8 @@ namespace {
 using test::GgmlIq2;
 using test::gaussian;
 
-bool cpu_has_avx2_fma() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
+// The AVX2 kernel needs AVX2, FMA and F16C; the library's own CPUID check says whether they exist.
+bool cpu_has_avx2_fma() { return have_avx2(); }
 
 // Weight rows independent of our quantizer: random grid/sign/scale bits with model-like d.
 std::vector<BlockIQ2_XXS> random_weight_blocks(std::mt19937& rng, size_t count) {
