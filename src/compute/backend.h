@@ -66,6 +66,11 @@ class Backend {
   virtual void sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks,
                               float scale, float* out) = 0;
 
+  // CSA indexer scores (spec §6.6): scores[c] = sum_h w[h] * max(0, q_h . keys[c]) for c < n_keys.
+  // q: [n_heads][head_dim]; keys: n_keys contiguous rows of head_dim.
+  virtual void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
+                              int64_t n_keys, float* scores) = 0;
+
   // Hyper-connection pre (spec §6.2 step 6): x_in = sum_i pre[i] X[i], X = [n_hc][n].
   virtual void hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) = 0;
   // Hyper-connection post (spec §6.3): X'[j] = post[j] y + sum_i comb[i][j] X[i]. Xout != X.

@@ -24,6 +24,8 @@ class CpuBackend final : public Backend {
                  bool inverse) override;
   void sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks, float scale,
                       float* out) override;
+  void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
+                      int64_t n_keys, float* scores) override;
   void hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) override;
   void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
                float* Xout) override;
@@ -133,6 +135,20 @@ void CpuBackend::sink_attention(const float* q, int64_t n_heads, int64_t head_di
       }
       const float inv = 1.0f / denom;
       for (int64_t i = 0; i < head_dim; ++i) oh[i] *= inv;
+    }
+  });
+}
+
+void CpuBackend::indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
+                                int64_t n_keys, float* scores) {
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_heads * head_dim));
+  parallel(n_keys, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* k = keys + c * head_dim;
+      float s = 0;
+      for (int64_t h = 0; h < n_heads; ++h)  // ReLU before the head weighting (trap 12)
+        s += w[h] * std::max(0.0f, quant::vec_dot(GgmlType::F32, q + h * head_dim, k, head_dim));
+      scores[c] = s;
     }
   });
 }

@@ -21,12 +21,6 @@ std::vector<float> project(compute::Backend& be, const compute::Matrix& w, const
   return y;
 }
 
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 }  // namespace
 
 void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp,
@@ -87,12 +81,7 @@ std::vector<int64_t> Forward::indexer_select(int64_t il, const float* q_idx, con
   std::vector<float> wh(static_cast<size_t>(nh));
   for (int64_t h = 0; h < nh; ++h) wh[h] = w_idx[h] * scale;
   std::vector<float> score(static_cast<size_t>(n_rows));
-  for (int64_t c = 0; c < n_rows; ++c) {
-    const float* k = S.index.rows.data() + c * D;
-    float s = 0;
-    for (int64_t h = 0; h < nh; ++h) s += wh[h] * std::max(0.0f, dot(q.data() + h * D, k, D));  // ReLU, then weight
-    score[c] = s;
-  }
+  be_.indexer_scores(q.data(), wh.data(), nh, D, S.index.rows.data(), n_rows, score.data());
   std::vector<int64_t> idx(static_cast<size_t>(n_rows));
   std::iota(idx.begin(), idx.end(), 0);
   const int64_t k = std::min(hp_.indexer_top_k, n_rows);

@@ -183,3 +183,21 @@ TEST_F(CpuBackend, SoftmaxPoolPerDimensionAndEmpty) {
   EXPECT_NEAR(out[0], 0.25 * 1 + 0.75 * 3, 1e-6);
   EXPECT_EQ(out[1], 0.0f);
 }
+
+TEST_F(CpuBackend, IndexerScoresReluBeforeHeadWeights) {
+  const int64_t heads = 3, hd = 8, n = 6;
+  auto q = randn(heads * hd, 12);
+  auto keys = randn(n * hd, 13);
+  float w[3] = {0.5f, -1.0f, 2.0f};
+  std::vector<float> s(n);
+  be->indexer_scores(q.data(), w, heads, hd, keys.data(), n, s.data());
+  for (int64_t c = 0; c < n; ++c) {
+    double want = 0;
+    for (int64_t h = 0; h < heads; ++h) {
+      double d = 0;
+      for (int64_t i = 0; i < hd; ++i) d += q[h * hd + i] * keys[c * hd + i];
+      want += w[h] * std::max(0.0, d);
+    }
+    EXPECT_NEAR(s[c], want, 1e-5);
+  }
+}
