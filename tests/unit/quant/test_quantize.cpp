@@ -97,6 +97,46 @@ TEST(Quantize, Q4_KWeightedMatchesGgml) {
   expect_same_bytes(GgmlType::Q4_K, GgmlQuant::get().quantize_q4_K, wz.data(), 46);
 }
 
+// Many rows whose scale spans 1e-8 .. 1e4 and whose shape varies (Gaussian, uniform,
+// Laplace-like, Student-t-like heavy tails, skewed), each encoded with and without a fresh
+// random importance vector: any operation-order slip in the scale searches shows up here.
+TEST(Quantize, ManyRandomRowsMatchGgml) {
+  std::mt19937 rng(71);
+  const int64_t rows = 48, cols = 512;
+  std::vector<float> x(rows * cols);
+  std::uniform_real_distribution<float> u01(0.f, 1.f);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float scale = std::pow(10.f, -8.f + 12.f * u01(rng));
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = 0;
+      switch (r % 5) {
+        case 0: v = nd(rng); break;
+        case 1: v = 2.f * u01(rng) - 1.f; break;
+        case 2: v = std::log(u01(rng) + 1e-7f) * (rng() % 2 ? 1.f : -1.f); break;
+        case 3: v = nd(rng) / std::sqrt(std::fabs(nd(rng)) + 1e-3f); break;
+        default: v = std::exp(nd(rng)) - 0.5f; break;
+      }
+      x[r * cols + c] = v * scale;
+    }
+  }
+  std::vector<float> imp(cols);
+  for (auto& v : imp) v = std::pow(u01(rng), 3.f) * 50.f;
+  const auto& g = GgmlQuant::get();
+  const std::pair<GgmlType, GgmlQuant::Quant> kinds[] = {
+      {GgmlType::Q8_0, g.quantize_q8_0}, {GgmlType::Q2_K, g.quantize_q2_K}, {GgmlType::Q4_K, g.quantize_q4_K}};
+  for (const auto& [type, oracle] : kinds)
+    for (const float* im : {static_cast<const float*>(nullptr), static_cast<const float*>(imp.data())}) {
+      const size_t bytes = static_cast<size_t>(rows) * row_bytes(traits(type), cols);
+      std::vector<uint8_t> want(bytes, 0), got(bytes, 1);
+      oracle(x.data(), want.data(), rows, cols, im);
+      quant::quantize_rows(type, x.data(), got.data(), rows, cols, im);
+      const int64_t bad = first_byte_mismatch(got, want);
+      EXPECT_EQ(bad, -1) << traits(type).name << (im ? " weighted" : " reference") << " row "
+                         << bad / static_cast<int64_t>(row_bytes(traits(type), cols));
+    }
+}
+
 TEST(Quantize, ActivationQ8_0MatchesReference) {
   int64_t nrows = 0;
   const auto x = test_matrix(&nrows, 51);
