@@ -9,7 +9,9 @@
 
 namespace ds4::quant {
 
-// dst[0..n) = decoded weights of one row (F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, Q8_K).
+// dst[0..n) = decoded weights of one row (F32, F16, BF16, Q8_0, Q2_K, Q4_K, IQ2_XXS, Q8_K),
+// equal bit for bit to ggml's dequantize_row_* (NaN payloads included) on every path:
+// the AVX2 decoders perform the scalar decoder's operations lane by lane.
 void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 
 // Quantizes nrows rows of n_per_row floats into dst; returns bytes written. For the block
