@@ -11,6 +11,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
@@ -102,6 +106,18 @@ float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w
     if (!n_changed) break;
   }
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
+// Returns v after forcing it into a register as a float: a product passed through here is
+// rounded on its own, so the compiler cannot fuse it with a following add into an FMA.
+inline float rounded(float v) {
+#if defined(__x86_64__) || defined(__i386__)
+  __asm__("" : "+x"(v));
+#else
+  volatile float t = v;
+  v = t;
+#endif
+  return v;
 }
 
 uint16_t pack_levels(const int8_t* L) {
@@ -301,6 +317,13 @@ void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n) {
   check_elems("IQ2_XXS dequantize", n);
   if (n > 0 && (!src || !dst)) fail("IQ2_XXS dequantize: null buffer for {} elements", n);
   const auto* blocks = static_cast<const BlockIQ2_XXS*>(src);
+#if defined(__SSE2__)
+  // SSE2 is part of x86-64, so this is still the portable build. Lane-wise it performs the
+  // very same IEEE operations as the scalar loop below (int -> float, one multiply, sign flip).
+  const __m128i zero = _mm_setzero_si128();
+  const __m128i bits_lo = _mm_setr_epi32(1, 2, 4, 8), bits_hi = _mm_setr_epi32(16, 32, 64, 128);
+  const __m128i sign_bit = _mm_set1_epi32(static_cast<int>(0x80000000u));
+#endif
   for (int64_t b = 0; b < n / kQK; ++b) {
     const float d = fp16_to_fp32(blocks[b].d);
     for (int ib = 0; ib < kQK / 32; ++ib) {
@@ -309,15 +332,28 @@ void dequantize_row_iq2_xxs(const void* src, float* dst, int64_t n) {
       // Sub-block scale (0.5 + s)/4 * d, evaluated in ggml's order.
       const float db = d * (0.5f + static_cast<float>(aux[1] >> 28)) * 0.25f;
       for (int l = 0; l < 4; ++l) {
-        uint8_t mag[8];
-        std::memcpy(mag, &iq2xxs_grid[(aux[0] >> (8 * l)) & 255], sizeof mag);  // little-endian bytes
+        const uint64_t* grid = &iq2xxs_grid[(aux[0] >> (8 * l)) & 255];
         const uint32_t signs = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
+        // ggml writes db*grid*(sign ? -1 : 1); multiplying by -1 is a sign flip (its compiled
+        // code flips the bit too, NaN included), done here without a data-dependent branch.
+#if defined(__SSE2__)
+        const __m128i g16 = _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(grid)), zero);
+        const __m128 vdb = _mm_set1_ps(db);
+        const __m128 lo = _mm_mul_ps(vdb, _mm_cvtepi32_ps(_mm_unpacklo_epi16(g16, zero)));
+        const __m128 hi = _mm_mul_ps(vdb, _mm_cvtepi32_ps(_mm_unpackhi_epi16(g16, zero)));
+        const __m128i s = _mm_set1_epi32(static_cast<int>(signs));
+        const __m128i neg_lo = _mm_and_si128(_mm_cmpeq_epi32(_mm_and_si128(s, bits_lo), bits_lo), sign_bit);
+        const __m128i neg_hi = _mm_and_si128(_mm_cmpeq_epi32(_mm_and_si128(s, bits_hi), bits_hi), sign_bit);
+        _mm_storeu_ps(dst, _mm_xor_ps(lo, _mm_castsi128_ps(neg_lo)));
+        _mm_storeu_ps(dst + 4, _mm_xor_ps(hi, _mm_castsi128_ps(neg_hi)));
+#else
+        uint8_t mag[8];
+        std::memcpy(mag, grid, sizeof mag);  // little-endian: byte j is weight j
         for (int j = 0; j < 8; ++j) {
-          // ggml writes db*grid*(sign ? -1 : 1); multiplying by -1 is a sign flip (its compiled
-          // code flips the bit too, NaN included), done here without a data-dependent branch.
           const float v = db * static_cast<float>(mag[j]);
           dst[j] = std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (((signs >> j) & 1u) << 31));
         }
+#endif
         dst += 8;
       }
     }
@@ -384,9 +420,7 @@ float vec_dot_iq2_xxs_q8_K_scalar(const void* w, const void* q8k, int64_t n) {
       bsum += sumi * ls;
     }
     const float d = fp16_to_fp32(x[b].d) * y[b].d;
-    float prod = d * static_cast<float>(bsum);
-    __asm__("" : "+x"(prod));  // rounded product, then the add (as ggml's generic build): no FMA
-    sumf += prod;
+    sumf += rounded(d * static_cast<float>(bsum));  // as ggml's generic build: mul, then add
   }
   return 0.125f * sumf;
 }
