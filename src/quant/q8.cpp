@@ -1,6 +1,7 @@
 // Q8_0 (weights and activations) and Q8_K (activations for the K-quant dot products).
 // Quantizers follow ggml's *_ref rules (the deterministic ones used to write model files);
 // ggml's AVX2 Q8_0 activation quantizer rounds ties differently and is deliberately not matched.
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -26,6 +27,20 @@ void dequantize_row_q8_K(const void* src, float* dst, int64_t n) {
     for (int j = 0; j < kQK_K; ++j) dst[i * kQK_K + j] = b[i].d * b[i].qs[j];
 }
 
+namespace {
+
+// ggml stores roundf(x*id) straight into an int8_t. For finite rows the value is within
+// [-127, 127]; when amax is denormal, id = 1/d overflows to inf and the value is +-inf or
+// NaN, where C leaves the conversion undefined and x86 (cvttss2si, then the low byte) gives
+// 0. This reproduces those bytes without the undefined conversion; d rounds to an f16 zero
+// there, so the block decodes to zeros whatever the quants are.
+int8_t rounded_to_i8(float v) {
+  const int32_t i = (v >= -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
+  return static_cast<int8_t>(i);
+}
+
+}  // namespace
+
 void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
   auto* b = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK8_0; ++i) {
@@ -39,7 +54,7 @@ void quantize_row_q8_0(const float* src, void* dst, int64_t n) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     b[i].d = fp32_to_fp16(d);
     // roundf (ties away from zero), not rint: that is what the reference writer does.
-    for (int j = 0; j < kQK8_0; ++j) b[i].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+    for (int j = 0; j < kQK8_0; ++j) b[i].qs[j] = rounded_to_i8(std::roundf(x[j] * id));
   }
 }
 
