@@ -12,7 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct AccessFixture : ::testing::Test {
+struct GgufAccess : ::testing::Test {
   test::GgufBytes g;
   std::map<std::string, uint64_t> at;  // key -> offset
   std::optional<File> f;
@@ -66,14 +66,14 @@ struct AccessFixture : ::testing::Test {
   std::string where(const std::string& key) { return "acc.gguf: offset " + std::to_string(at[key]) + ": key '" + key + "'"; }
 };
 
-TEST_F(AccessFixture, AbsentKeysAreNullopt) {
+TEST_F(GgufAccess, AbsentKeysAreNullopt) {
   EXPECT_EQ(f->find("nope"), nullptr);
   EXPECT_FALSE(f->get_uint("nope"));
   EXPECT_FALSE(f->get_string("nope"));
   EXPECT_FALSE(f->get_float_array("nope"));
 }
 
-TEST_F(AccessFixture, IntegerCoercions) {
+TEST_F(GgufAccess, IntegerCoercions) {
   EXPECT_EQ(f->get_uint("u8"), 200u);
   EXPECT_EQ(f->get_uint("i32.pos"), 7u);
   EXPECT_EQ(f->get_uint("u64.big"), 1ull << 63);
@@ -86,7 +86,7 @@ TEST_F(AccessFixture, IntegerCoercions) {
   EXPECT_THAT(error_of([&] { f->get_int("bool"); }), HasSubstr(where("bool") + " is bool, expected an integer"));
 }
 
-TEST_F(AccessFixture, FloatCoercions) {
+TEST_F(GgufAccess, FloatCoercions) {
   // The spec allows float hyperparameters stored as f32, f64, u32 or i32.
   EXPECT_EQ(f->get_float("f32"), 0.25);
   EXPECT_EQ(f->get_float("f64"), 1e-6);
@@ -95,14 +95,14 @@ TEST_F(AccessFixture, FloatCoercions) {
   EXPECT_THAT(error_of([&] { f->get_float("str"); }), HasSubstr(where("str") + " is string, expected a number"));
 }
 
-TEST_F(AccessFixture, StringAndBool) {
+TEST_F(GgufAccess, StringAndBool) {
   EXPECT_EQ(f->get_string("str"), "deepseek4");
   EXPECT_EQ(f->get_bool("bool"), true);
   EXPECT_THAT(error_of([&] { f->get_string("u8"); }), HasSubstr(where("u8") + " is u8, expected a string"));
   EXPECT_THAT(error_of([&] { f->get_bool("u8"); }), HasSubstr(where("u8") + " is u8, expected a bool"));
 }
 
-TEST_F(AccessFixture, ArrayCoercions) {
+TEST_F(GgufAccess, ArrayCoercions) {
   EXPECT_EQ(f->get_int_array("arr.i32"), (std::vector<int64_t>{0, 4, 128}));
   EXPECT_EQ(f->get_int_array("arr.u32"), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(f->get_float_array("arr.f32"), (std::vector<double>{10.0, 1.5}));

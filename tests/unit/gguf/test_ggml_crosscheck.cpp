@@ -167,9 +167,9 @@ std::vector<KeyValue> all_scalar_and_flat_array_kvs() {
   };
 }
 
-class OurWriterGgmlReader : public ::testing::TestWithParam<uint32_t> {};
+class GgufOurWriterGgmlReader : public ::testing::TestWithParam<uint32_t> {};
 
-TEST_P(OurWriterGgmlReader, EveryKeyValueTensorAndByteAgrees) {
+TEST_P(GgufOurWriterGgmlReader, EveryKeyValueTensorAndByteAgrees) {
   const uint32_t alignment = GetParam();
   test::TempDir dir;
   std::string path = dir.file("ours.gguf");
@@ -222,9 +222,9 @@ TEST_P(OurWriterGgmlReader, EveryKeyValueTensorAndByteAgrees) {
   expect_same_as_ggml(path);
 }
 
-INSTANTIATE_TEST_SUITE_P(Alignments, OurWriterGgmlReader, ::testing::Values(32u, 64u, 1u, 4096u));
+INSTANTIATE_TEST_SUITE_P(Alignments, GgufOurWriterGgmlReader, ::testing::Values(32u, 64u, 1u, 4096u));
 
-TEST(GgmlWriterOurReader, FileWrittenByGgmlReadsIdentically) {
+TEST(GgufGgmlWriterOurReader, FileWrittenByGgmlReadsIdentically) {
   test::TempDir dir;
   std::string path = dir.file("ggml.gguf");
   auto tensors = all_type_tensors();
@@ -272,7 +272,7 @@ TEST(GgmlWriterOurReader, FileWrittenByGgmlReadsIdentically) {
   }
 }
 
-TEST(CommittedFixture, ReadsIdenticallyThroughGgml) {
+TEST(GgufCommittedFixture, ReadsIdenticallyThroughGgml) {
   expect_same_as_ggml(std::string(DS4_FIXTURES_DIR) + "/gguf/tiny.gguf");
 }
 

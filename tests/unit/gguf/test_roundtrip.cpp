@@ -47,7 +47,7 @@ std::vector<KeyValue> every_value_type() {
   };
 }
 
-TEST(RoundTrip, EveryValueTypeIncludingNestedArrays) {
+TEST(GgufRoundTrip, EveryValueTypeIncludingNestedArrays) {
   test::TempDir dir;
   std::string path = dir.file("v.gguf");
   auto kvs = every_value_type();
@@ -65,7 +65,7 @@ TEST(RoundTrip, EveryValueTypeIncludingNestedArrays) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
-TEST(RoundTrip, ValueEncodingMatchesTheSpecByteForByte) {
+TEST(GgufRoundTrip, ValueEncodingMatchesTheSpecByteForByte) {
   // Hand-assembled expectation (GGUF v3 spec) for one key of each encoding family.
   test::TempDir dir;
   std::string path = dir.file("bytes.gguf");
@@ -83,7 +83,7 @@ TEST(RoundTrip, ValueEncodingMatchesTheSpecByteForByte) {
   EXPECT_EQ(test::read_all(path), want.b);
 }
 
-TEST(RoundTrip, EveryTensorTypeAndShape) {
+TEST(GgufRoundTrip, EveryTensorTypeAndShape) {
   test::TempDir dir;
   std::string path = dir.file("t.gguf");
   struct T {
@@ -128,7 +128,7 @@ TEST(RoundTrip, EveryTensorTypeAndShape) {
   EXPECT_EQ(f.file_size(), f.data_offset() + expect_offset);
 }
 
-TEST(Writer, RejectsBadDeclarations) {
+TEST(GgufWriter, RejectsBadDeclarations) {
   test::TempDir dir;
   auto expect_error = [&](auto&& op, const std::string& what) {
     Writer w(dir.file("x.gguf"));
@@ -157,7 +157,7 @@ TEST(Writer, RejectsBadDeclarations) {
   EXPECT_THROW(Value::array(ValueType::U8, {Value::i8(1)}), Error);
 }
 
-TEST(Writer, EnforcesStreamingOrderAndSizes) {
+TEST(GgufWriter, EnforcesStreamingOrderAndSizes) {
   test::TempDir dir;
   std::string path = dir.file("s.gguf");
   std::vector<uint8_t> eight(8, 1);
@@ -203,7 +203,7 @@ TEST(Writer, EnforcesStreamingOrderAndSizes) {
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
 }
 
-TEST(Writer, TmpFileUntilFinishThenRenamed) {
+TEST(GgufWriter, TmpFileUntilFinishThenRenamed) {
   test::TempDir dir;
   std::string path = dir.file("r.gguf");
   test::write_all(path, std::vector<uint8_t>{'o', 'l', 'd'});
@@ -232,7 +232,29 @@ TEST(Writer, TmpFileUntilFinishThenRenamed) {
   EXPECT_EQ(got, 2.0f);
 }
 
-TEST(Writer, UnwritableDirectoryIsAnError) {
+TEST(GgufWriter, SkippedTensorDataReadsBackAsZeros) {
+  test::TempDir dir;
+  std::string path = dir.file("sparse.gguf");
+  {
+    Writer w(path);
+    w.add_tensor("a", GgmlType::F32, {3});
+    w.add_tensor("b", GgmlType::F32, {5});  // last tensor skipped: the file must still be full size
+    w.write_header();
+    std::vector<uint8_t> head(4, 0xAB);
+    w.write_tensor_data(head);
+    w.skip_tensor_data(8 + 20);
+    w.finish();
+  }
+  File f = File::open(path);
+  const auto* a = f.find_tensor("a");
+  const auto* b = f.find_tensor("b");
+  EXPECT_EQ(a->data[0], 0xAB);
+  for (int i = 4; i < 12; ++i) EXPECT_EQ(a->data[i], 0) << i;
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(b->data[i], 0) << i;
+  EXPECT_EQ(f.file_size(), f.data_offset() + 32 + 32);  // both padded to 32
+}
+
+TEST(GgufWriter, UnwritableDirectoryIsAnError) {
   Writer w("/nonexistent-dir/x.gguf");
   try {
     w.write_header();

@@ -75,7 +75,7 @@ nlohmann::json ggml_json_value(const test::GgmlGguf& g, test::gguf_context* c, i
   return out;
 }
 
-TEST(InspectJson, MatchesLlamaCppReadingOfTheFixture) {
+TEST(GgufInspectJson, MatchesLlamaCppReadingOfTheFixture) {
   Proc r = run(kTool + " inspect " + kTiny + " --json");
   ASSERT_EQ(r.status, 0);
   nlohmann::json j = nlohmann::json::parse(r.out);  // throws (fails the test) if not valid JSON
@@ -103,7 +103,7 @@ TEST(InspectJson, MatchesLlamaCppReadingOfTheFixture) {
   g.free(c);
 }
 
-TEST(InspectText, AbbreviatesLongArrays) {
+TEST(GgufInspectText, AbbreviatesLongArrays) {
   Proc r = run(kTool + " inspect " + kTiny);
   ASSERT_EQ(r.status, 0);
   EXPECT_THAT(r.out, HasSubstr("GGUF v3"));
@@ -112,7 +112,7 @@ TEST(InspectText, AbbreviatesLongArrays) {
   EXPECT_THAT(r.out, HasSubstr("blk.0.attn_q_a.weight"));
 }
 
-TEST(Tool, HelpVersionAndErrors) {
+TEST(GgufTool, HelpVersionAndErrors) {
   Proc help = run(kTool + " --help");
   EXPECT_EQ(help.status, 0);
   EXPECT_THAT(help.out, HasSubstr("inspect"));
@@ -132,7 +132,7 @@ TEST(Tool, HelpVersionAndErrors) {
   EXPECT_EQ(run(kTool + " inspect").status, 1);
 }
 
-TEST(Fixture, GeneratorReproducesCommittedFiles) {
+TEST(GgufFixture, GeneratorReproducesCommittedFiles) {
   test::TempDir dir;
   ASSERT_EQ(run(std::string(DS4_BUILD_DIR) + "/bin/make_gguf_fixture " + dir.path.string()).status, 0);
   for (const char* name : {"tiny.gguf", "nested.gguf"}) {

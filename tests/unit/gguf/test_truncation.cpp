@@ -23,7 +23,7 @@ uint64_t ggml_end_of_tensor_data(const std::string& path) {
   return end;
 }
 
-TEST(Truncation, EveryPrefixOfTinyFixture) {
+TEST(GgufTruncation, EveryPrefixOfTinyFixture) {
   std::string path = std::string(DS4_FIXTURES_DIR) + "/gguf/tiny.gguf";
   auto bytes = test::read_all(path);
   ASSERT_GT(bytes.size(), 1000u);
@@ -46,7 +46,7 @@ TEST(Truncation, EveryPrefixOfTinyFixture) {
   EXPECT_EQ(rejected, needed);
 }
 
-TEST(Truncation, EveryPrefixOfNestedFixture) {
+TEST(GgufTruncation, EveryPrefixOfNestedFixture) {
   // ggml cannot read nested arrays, so here the boundary is the file size minus at most the
   // alignment padding after the last tensor, and we only require rejection before that.
   auto bytes = test::read_all(std::string(DS4_FIXTURES_DIR) + "/gguf/nested.gguf");
