@@ -42,6 +42,7 @@ struct KvRows {
   int64_t count = 0;
 };
 
+// A backend instance keeps scratch buffers: use one per thread of control (per session).
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -1,5 +1,6 @@
 #include "model/deepseek4/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -107,7 +108,7 @@ void Forward::head(const std::vector<float>& X, int64_t first_row, float* logits
   be_.matmul(w_.output, h.data(), rows, logits);
 }
 
-void Forward::run(float* logits_all) {
+void Forward::run(float* logits_all, bool need_last_logits) {
   std::vector<float> X, Xn;
   embed(X);
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -120,7 +121,7 @@ void Forward::run(float* logits_all) {
   if (logits_all) {
     head(X, 0, logits_all);
     st_.logits.assign(logits_all + (n_ - 1) * V, logits_all + n_ * V);
-  } else {
+  } else if (need_last_logits) {
     st_.logits.resize(static_cast<size_t>(V));
     head(X, n_ - 1, st_.logits.data());
   }
@@ -152,7 +153,13 @@ void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> to
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
       fail("deepseek4: token {} (index {} of the batch) is outside the vocabulary [0, {})", tokens[i], i, hp_.n_vocab);
-  Forward(*this, be, state, tokens).run(logits_all);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t step = std::max<int64_t>(1, opt_.max_batch);
+  for (int64_t at = 0; at < n; at += step) {
+    const int64_t len = std::min(step, n - at);
+    Forward(*this, be, state, tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(len)))
+        .run(logits_all ? logits_all + at * hp_.n_vocab : nullptr, at + len == n);
+  }
 }
 
 }  // namespace ds4::model::deepseek4

@@ -25,7 +25,9 @@ class Forward {
       : m_(m), hp_(m.hp_), w_(m.w_), be_(be), st_(st), tokens_(tokens), n_(static_cast<int64_t>(tokens.size())),
         p0_(st.n_pos) {}
 
-  void run(float* logits_all);
+  // logits_all: [n][n_vocab] or null. need_last_logits: also store the last row's logits in
+  // the state (false for all but the final chunk of a long evaluation).
+  void run(float* logits_all, bool need_last_logits);
 
  private:
   void embed(std::vector<float>& X);

@@ -96,6 +96,9 @@ HParams HParams::from_gguf(const gguf::File& f) {
     fail("{}: expert_used_count {} > expert_count {}", f.path(), h.n_expert_used, h.n_expert);
   if (h.n_hash_layers < 0 || h.n_hash_layers > h.n_layer)
     fail("{}: hash_layer_count {} out of range [0, {}]", f.path(), h.n_hash_layers, h.n_layer);
+  // llama.cpp's gating id for sqrt(softplus) is 4; any other scoring is a different model.
+  if (auto g = f.get_int(key("expert_gating_func")); g && *g != 4)
+    fail("{}: {} = {}, expected 4 (sqrtsoftplus)", f.path(), key("expert_gating_func"), *g);
   auto g_group = f.get_int(key("expert_group_count"));
   if (g_group && *g_group > 1) fail("{}: expert groups ({}) are not used by DeepSeek V4", f.path(), *g_group);
 

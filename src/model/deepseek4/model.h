@@ -20,6 +20,9 @@ struct Options {
   // FP8 KV rounding and Hadamard+FP4 indexer rounding (spec §5.2-5.4), as the official
   // implementation does. Off reproduces transformers' float-only math.
   bool act_quant_sim = true;
+  // Longest batch one forward pass takes; longer evaluations run in consecutive chunks (which
+  // give the same logits, spec §7) to bound activation memory.
+  int64_t max_batch = 512;
 };
 
 class Model {
@@ -36,7 +39,9 @@ class Model {
   // Evaluates `tokens` at positions state.n_pos, state.n_pos+1, ... as one batch (layer-major)
   // and advances the state. logits_all, when non-null, receives [tokens.size()][n_vocab];
   // state.logits always ends up holding the last position's logits.
-  // A bad token id throws before the state is touched.
+  // A bad token id throws before the state is touched. Any other failure (which valid inputs
+  // do not cause) leaves the state unusable: start a new one.
+  // Not safe to call concurrently with the same Backend (its scratch buffers are shared).
   void eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const;
 
  private:

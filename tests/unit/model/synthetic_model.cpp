@@ -177,7 +177,7 @@ void write_synthetic_model(const std::string& path, const SynthConfig& c) {
   kv(A + "hash_layer_count", u32(c.n_hash_layers));
   kv(A + "expert_weights_norm", Value::boolean(true));
   kv(A + "expert_weights_scale", Value::f32(1.5f));
-  kv(A + "expert_gating_func", u32(4));
+  kv(A + "expert_gating_func", u32(c.gating_func));
   std::vector<Value> clamp(static_cast<size_t>(c.n_layer), Value::f32(10.0f));
   kv(A + "swiglu_clamp_exp", Value::array(ValueType::F32, clamp));
   kv(A + "hyper_connection.count", u32(c.n_hc));

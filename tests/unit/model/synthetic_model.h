@@ -34,6 +34,7 @@ struct SynthConfig {
   int64_t n_hash_layers = 1;
   int n_hc = 4;
   bool yarn = true;
+  uint32_t gating_func = 4;  // deepseek4.expert_gating_func (4 = sqrt(softplus))
   uint32_t seed = 1;
 
   GgmlType dense_type = GgmlType::F32;  // attention / shared-expert / output matrices

@@ -86,6 +86,15 @@ TEST(Binding, MissingMetadataKeyIsNamed) {
   EXPECT_THAT(load_error(c, "key"), HasSubstr("missing required metadata key deepseek4.attention.output_group_count"));
 }
 
+TEST(Binding, OtherGatingFunctionRefused) {
+  SynthConfig c;
+  c.drop_key = "deepseek4.expert_gating_func";
+  EXPECT_EQ(load_error(c, "gating_absent"), "");  // optional; sqrt(softplus) is implied
+  SynthConfig d;
+  d.gating_func = 2;  // sigmoid
+  EXPECT_THAT(load_error(d, "gating"), HasSubstr("deepseek4.expert_gating_func = 2, expected 4 (sqrtsoftplus)"));
+}
+
 TEST(Binding, ShortCompressRatiosRefused) {
   SynthConfig c;
   c.ratios_key = {0, 4, 8};  // 3 entries for 4 layers

@@ -74,6 +74,10 @@ void expect_consistent(const SynthConfig& c, const std::string& name, int64_t n_
   // paths agree exactly in practice; 1e-4 is the contract's tolerance.
   EXPECT_LE(max_abs_diff(prefill, serial), 1e-4) << name;
   EXPECT_LE(max_abs_diff(prefill, chunked), 1e-4) << name;
+  // The model's own chunking of long evaluations (Options::max_batch).
+  o.max_batch = 9;
+  auto m9 = Model::load(p, o);
+  EXPECT_LE(max_abs_diff(prefill, run_chunks(*m9, *be, toks, {toks.size()})), 1e-4) << name;
   std::filesystem::remove(p);
 }
 
