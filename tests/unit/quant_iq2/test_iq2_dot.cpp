@@ -93,9 +93,18 @@ TEST(Iq2Dot, ArbitraryQ8KBytesIncludingMinus128) {
   }
 }
 
+// Same float bits, except that any NaN equals any NaN: when both scales are NaN, which
+// payload survives a multiply depends on the operand order the compiler picked (IEEE 754
+// leaves it open), so NaN payloads are not part of the contract.
+::testing::AssertionResult same_float(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return ::testing::AssertionSuccess();
+  if (bits(a) == bits(b)) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << a << " (0x" << std::hex << bits(a) << ") vs " << b << " (0x" << bits(b) << ")";
+}
+
 TEST(Iq2Dot, SpecialScalesPropagateIdentically) {
   // f16 weight scales and f32 activation scales that are zero, subnormal, huge, inf or NaN:
-  // the float tail (conversion, products, sum) must give the same bits in all three versions.
+  // the float tail (conversion, products, sum) must agree in all three versions.
   constexpr uint16_t kHalf[] = {0x0000, 0x8000, 0x0001, 0x83ff, 0x7bff, 0x7c00, 0xfc00, 0x7e00, 0x7c01, 0x3c00};
   const float kF32[] = {0.f, -0.f, 1e-40f, 3e38f, -1.f, std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN(), 0.5f};
@@ -108,9 +117,9 @@ TEST(Iq2Dot, SpecialScalesPropagateIdentically) {
       w[1].d = h;
       y[2].d = f;
       const float ours = vec_dot_iq2_xxs_q8_K_scalar(w.data(), y.data(), n);
-      ASSERT_EQ(bits(ours), bits(GgmlIq2::get().vec_dot(w.data(), y.data(), n))) << std::hex << h << " " << f;
+      EXPECT_TRUE(same_float(ours, GgmlIq2::get().vec_dot(w.data(), y.data(), n))) << std::hex << h << " " << f;
       if (cpu_has_avx2_fma()) {
-        ASSERT_EQ(bits(vec_dot_iq2_xxs_q8_K_avx2(w.data(), y.data(), n)), bits(ours)) << std::hex << h << " " << f;
+        EXPECT_TRUE(same_float(vec_dot_iq2_xxs_q8_K_avx2(w.data(), y.data(), n), ours)) << std::hex << h << " " << f;
       }
     }
   }
