@@ -123,11 +123,16 @@ class Sampler {
   const Rng& rng() const { return rng_; }
 
  private:
+  void collect_at_least(std::span<const float> row, float threshold, const float* weights, float weight_floor);
+  int32_t draw_from_row(std::span<const float> row, float max_logit, float temperature, int32_t fallback);
+
   SamplerConfig config_;
   Rng rng_;
   std::vector<float> adjusted_;                  // copy handed to adjust_logits
+  std::vector<float> weights_;                   // whole-row softmax weights when needed
   std::vector<detail::SampleCandidate> kept_;    // candidate sets, reused across calls
   std::vector<detail::SampleCandidate> top_k_;
+  std::vector<double> block_sums_;
 };
 
 // Index of the largest finite logit, lowest id on ties (NaN and -inf skipped). Throws ds4::Error

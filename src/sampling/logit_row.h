@@ -8,6 +8,15 @@
 #include <span>
 #include <vector>
 
+// Whole-row loops get an AVX2 clone picked at load time (ifunc) on x86-64 GCC/Clang; the
+// arithmetic is the same IEEE operations in both clones (no FMA: -ffp-contract=off), so results
+// do not depend on which one runs.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(DS4_NO_CLONES)
+#define DS4_SAMPLING_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define DS4_SAMPLING_CLONES
+#endif
+
 namespace ds4::sampling {
 
 using Candidate = detail::SampleCandidate;

@@ -3,7 +3,9 @@
 // min-p is a threshold in logit space, so only its survivors get weights, and top-p sorts only
 // as far as its prefix reaches.
 #include "core/error.h"
+#include "sampling/exp_weights.h"
 #include "sampling/logit_row.h"
+#include "sampling/nucleus.h"
 
 #include <ds4/sampling.h>
 
@@ -11,6 +13,7 @@
 #include <cfloat>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace ds4 {
 namespace {
@@ -40,30 +43,6 @@ float min_p_threshold(float max_logit, float temperature, float min_p) {
   return f;
 }
 
-// Keeps the shortest prefix of `c` under sampling::better() whose weight sum reaches `target`
-// (all of it when the sum never does). Sorts only as deep as needed, growing the sorted part
-// geometrically, so a nucleus of a few dozen tokens costs O(n) rather than O(n log n).
-void keep_nucleus(std::vector<Candidate>& c, double target) {
-  const size_t n = c.size();
-  double mass = 0.0;
-  size_t sorted = 0;
-  size_t chunk = 64;
-  while (sorted < n) {
-    const size_t end = std::min(n, sorted + chunk);
-    std::partial_sort(c.begin() + static_cast<ptrdiff_t>(sorted), c.begin() + static_cast<ptrdiff_t>(end),
-                      c.end(), sampling::better);
-    for (size_t i = sorted; i < end; ++i) {
-      mass += c[i].weight;
-      if (mass >= target) {
-        c.resize(i + 1);
-        return;
-      }
-    }
-    sorted = end;
-    chunk *= 4;
-  }
-}
-
 }  // namespace
 
 void validate(const SamplerConfig& config) {
@@ -80,6 +59,59 @@ Sampler::Sampler(const SamplerConfig& config) : rng_(config.seed) {
 void Sampler::set_config(const SamplerConfig& config) {
   validate(config);
   config_ = config;
+}
+
+void Sampler::collect_at_least(std::span<const float> row, float threshold, const float* weights,
+                               float weight_floor) {
+  // Blocks without a qualifying logit are skipped after one vectorized count.
+  constexpr size_t kBlock = 1024;
+  for (size_t off = 0; off < row.size(); off += kBlock) {
+    const size_t n = std::min(kBlock, row.size() - off);
+    if (threshold > kNegInf && sampling::count_at_least(row.data() + off, n, threshold) == 0) continue;
+    for (size_t i = off; i < off + n; ++i) {
+      const float l = row[i];
+      if (!(l >= threshold && l > kNegInf)) continue;
+      if (weights) {
+        // A zero-weight token can never be drawn, so it is never worth keeping.
+        if (!(weights[i] > 0.0f && weights[i] >= weight_floor)) continue;
+        kept_.push_back({static_cast<int32_t>(i), l, weights[i]});
+      } else {
+        kept_.push_back({static_cast<int32_t>(i), l, 0.0f});
+      }
+    }
+  }
+}
+
+int32_t Sampler::draw_from_row(std::span<const float> row, float max_logit, float temperature,
+                               int32_t fallback) {
+  // Whole-row weights walked in id order, block by block: block sums locate the block, a
+  // sequential walk inside it finds the token.
+  constexpr size_t kBlock = 4096;
+  weights_.resize(row.size());
+  sampling::exp_weights(row.data(), row.size(), max_logit, temperature, weights_.data());
+  block_sums_.clear();
+  double total = 0.0;
+  for (size_t off = 0; off < row.size(); off += kBlock) {
+    block_sums_.push_back(sampling::sum_weights(weights_.data() + off, std::min(kBlock, row.size() - off)));
+    total += block_sums_.back();
+  }
+  const double target = rng_.next_unit() * total;  // total >= 1: the top token has weight 1
+  double mass = 0.0;
+  size_t off = 0;
+  for (size_t b = 0; b + 1 < block_sums_.size() && !(target < mass + block_sums_[b]); ++b, off += kBlock)
+    mass += block_sums_[b];
+  const size_t end = std::min(off + kBlock, row.size());
+  int32_t last_live = -1;
+  for (size_t i = off; i < end; ++i) {
+    if (weights_[i] <= 0.0f) continue;
+    mass += weights_[i];
+    last_live = static_cast<int32_t>(i);
+    if (target < mass) return last_live;
+  }
+  // Only reachable when target falls in the last ulps of the block, where the in-block walk's
+  // rounding differs from the lane-ordered block sum; the block holds a live token because its
+  // sum exceeded target - mass > 0.
+  return last_live >= 0 ? last_live : fallback;
 }
 
 int32_t argmax(std::span<const float> logits) { return sampling::scan_row(logits, "argmax").argmax; }
@@ -103,47 +135,56 @@ int32_t Sampler::sample(std::span<const float> logits, const SampleOptions& opti
   const float threshold = min_p_threshold(max_logit, temperature, config_.min_p);
   const bool top_k_on = config_.top_k > 0 && config_.top_k < stats.n_finite;
   const bool top_p_on = config_.top_p < 1.0f;
-  auto weight_of = [&](float l) { return std::exp((l - max_logit) / temperature); };
+  const bool min_p_on = threshold > kNegInf;
+  auto weigh = [&](Candidate& c) { c.weight = sampling::softmax_weight(c.logit, max_logit, temperature); };
 
   kept_.clear();
   bool id_ordered = true;  // kept_ already in ascending id order?
+  if (!top_k_on && !top_p_on && !min_p_on) return draw_from_row(row, max_logit, temperature, stats.argmax);
+
   if (!top_p_on) {
-    // min-p and top-k both keep a prefix of the same order, so take the (usually tiny) min-p
-    // set first and cut it to k only if it is larger.
-    for (size_t i = 0; i < row.size(); ++i) {
-      const float l = row[i];
-      if (l >= threshold && l > kNegInf) kept_.push_back({static_cast<int32_t>(i), l, 0.0f});
-    }
-    const size_t k = static_cast<size_t>(config_.top_k);
-    if (top_k_on && kept_.size() > k) {
-      std::nth_element(kept_.begin(), kept_.begin() + static_cast<ptrdiff_t>(k), kept_.end(),
-                       sampling::better);
-      kept_.resize(k);
+    if (top_k_on && !min_p_on) {
+      sampling::select_best(row, stats.n_finite, config_.top_k, kept_);
       id_ordered = false;
+    } else {
+      // min-p and top-k both keep a prefix of the same order, so take the (usually tiny) min-p
+      // set first and cut it to k only if it is larger.
+      collect_at_least(row, threshold, nullptr, 0.0f);
+      const size_t k = static_cast<size_t>(config_.top_k);
+      if (top_k_on && kept_.size() > k) {
+        std::nth_element(kept_.begin(), kept_.begin() + static_cast<ptrdiff_t>(k), kept_.end(),
+                         sampling::better);
+        kept_.resize(k);
+        id_ordered = false;
+      }
     }
-    for (Candidate& c : kept_) c.weight = weight_of(c.logit);
+    for (Candidate& c : kept_) weigh(c);
   } else {
-    // top-p measures mass against Z over the whole top-k set, so that set (or the whole row)
-    // needs weights even where min-p later drops the token.
+    // top-p measures mass against Z over the whole top-k set (or the whole row), so all of
+    // those need weights even where min-p later drops the token.
     double z = 0.0;
     if (top_k_on) {
       sampling::select_best(row, stats.n_finite, config_.top_k, top_k_);
       std::sort(top_k_.begin(), top_k_.end(), [](const Candidate& a, const Candidate& b) { return a.id < b.id; });
       for (Candidate& c : top_k_) {
-        c.weight = weight_of(c.logit);
+        weigh(c);
         z += c.weight;
         if (c.logit >= threshold) kept_.push_back(c);
       }
     } else {
-      for (size_t i = 0; i < row.size(); ++i) {
-        const float l = row[i];
-        if (!(l > kNegInf)) continue;
-        const float w = weight_of(l);
-        z += w;
-        if (l >= threshold) kept_.push_back({static_cast<int32_t>(i), l, w});
-      }
+      weights_.resize(row.size());
+      sampling::exp_weights(row.data(), row.size(), max_logit, temperature, weights_.data());
+      z = sampling::sum_weights(weights_.data(), weights_.size());
+      // Materialize only tokens that can be in the nucleus: lower a weight floor 4x at a time
+      // until the mass above it covers the target (one vectorized pass per probe; a peaked
+      // row needs one or two). keep_nucleus then finds the exact prefix among them.
+      const double target = static_cast<double>(config_.top_p) * z;
+      float floor = 0x1.0p-2f;
+      while (floor > 0.0f && sampling::mass_at_least(weights_.data(), weights_.size(), floor) < target + 1e-9 * z)
+        floor = floor > 0x1.0p-120f ? floor * 0x1.0p-2f : 0.0f;
+      collect_at_least(row, threshold, weights_.data(), floor);
     }
-    keep_nucleus(kept_, static_cast<double>(config_.top_p) * z);
+    sampling::keep_nucleus(kept_, static_cast<double>(config_.top_p) * z);
     id_ordered = false;
   }
 

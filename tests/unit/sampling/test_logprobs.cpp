@@ -121,4 +121,23 @@ TEST(SelectBest, MatchesFullSortIncludingTies) {
   }
 }
 
+// Full-size row: n up to the number of 256-entry blocks (505) takes the block-maximum floor
+// path, larger n the heap, n >= n_finite / 8 the nth_element path. Coarse rounding makes ties.
+TEST(SelectBest, FullVocabularyAllStrategies) {
+  std::vector<float> l = ds4::test::make_logits(129280, 91, 12.0, 200.0);
+  for (float& x : l) x = std::round(x * 8.0f) / 8.0f;
+  for (size_t i = 0; i < l.size(); i += 1001) l[i] = kNaN;
+  for (size_t i = 7; i < l.size(); i += 2003) l[i] = -kInf;
+  const std::vector<int32_t> order = sorted_finite_ids(l);
+  const auto stats = ds4::sampling::scan_row(l, "test");
+  for (const int64_t n : {int64_t{1}, int64_t{20}, int64_t{40}, int64_t{505}, int64_t{506}, int64_t{3000},
+                          int64_t{20000}}) {
+    std::vector<ds4::sampling::Candidate> got;
+    ds4::sampling::select_best(l, stats.n_finite, n, got);
+    std::sort(got.begin(), got.end(), ds4::sampling::better);
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    for (size_t r = 0; r < got.size(); ++r) ASSERT_EQ(got[r].id, order[r]) << "n=" << n << " rank " << r;
+  }
+}
+
 }  // namespace
