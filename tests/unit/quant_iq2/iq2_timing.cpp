@@ -2,7 +2,7 @@
 // IQ2_XXS x Q8_K dot (scalar, AVX2, and ggml's own AVX2 build for context), single thread,
 // over a 16384 x 4096 weight matrix of random blocks (17 MB, larger than the last-level
 // cache), plus quantization speed (ours and ggml's) on 64 rows of 4096.
-// Prints GB/s of IQ2_XXS weight bytes consumed.  Usage: iq2_timing [repeats]
+// Prints GB/s of IQ2_XXS weight bytes consumed.  Usage: iq2_timing [repeats [rows]]
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -38,7 +38,7 @@ double best_seconds(int repeats, F&& f) {
 
 int main(int argc, char** argv) {
   const int repeats = argc > 1 ? std::atoi(argv[1]) : 5;
-  const int64_t rows = 16384, cols = 4096, nb = cols / 256;
+  const int64_t rows = argc > 2 ? std::atoll(argv[2]) : 16384, cols = 4096, nb = cols / 256;
   std::mt19937 rng(1);
   // Random grid/sign/scale bits with model-like f16 scales: the kernels' speed does not depend
   // on the values, and quantizing 67M weights would take minutes.
@@ -69,33 +69,46 @@ int main(int argc, char** argv) {
   ds4::test::GgmlIq2::get().quantize_q8_K_ref(x.data(), q8.data(), cols);
 
   std::vector<float> out(cols), y(rows);
-  auto deq = [&] {
-    for (int64_t r = 0; r < rows; ++r) dequantize_row_iq2_xxs(w.data() + r * nb, out.data(), cols);
-  };
-  auto dot_scalar = [&] {
-    for (int64_t r = 0; r < rows; ++r) y[r] = vec_dot_iq2_xxs_q8_K_scalar(w.data() + r * nb, q8.data(), cols);
-  };
-  auto dot_avx2 = [&] {
-    for (int64_t r = 0; r < rows; ++r) y[r] = vec_dot_iq2_xxs_q8_K_avx2(w.data() + r * nb, q8.data(), cols);
-  };
   // ggml's AVX2 kernel from its haswell CPU backend, for comparison only.
   const std::string path = ds4::test::ggml_lib_dir() + "/libggml-cpu-haswell.so";
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   using DotFn = void (*)(int, float*, size_t, const void*, size_t, const void*, size_t, int);
   DotFn ggml_dot = h ? reinterpret_cast<DotFn>(dlsym(h, "ggml_vec_dot_iq2_xxs_q8_K")) : nullptr;
   if (h) reinterpret_cast<void (*)()>(dlsym(h, "ggml_cpu_init"))();
-  auto dot_ggml = [&] {
-    for (int64_t r = 0; r < rows; ++r) ggml_dot(static_cast<int>(cols), &y[r], 0, w.data() + r * nb, 0, q8.data(), 0, 1);
+
+  // Each kernel runs over the matrix in slices of 256 rows (about 1 MB); a slice's time is
+  // its best over all rounds, and a kernel's time the sum over slices. Slices are short next
+  // to a scheduler time slice, so preemption on a shared machine rarely spoils all rounds.
+  const int64_t slice = std::min<int64_t>(256, rows), nslices = rows / slice;
+  enum { kDeq, kScalar, kAvx2, kGgml, kKernels };
+  std::vector<double> best(kKernels * nslices, 1e30);
+  auto run = [&](int kernel, int64_t r0) {
+    for (int64_t r = r0; r < r0 + slice; ++r) {
+      const BlockIQ2_XXS* row = w.data() + r * nb;
+      switch (kernel) {
+        case kDeq: dequantize_row_iq2_xxs(row, out.data(), cols); break;
+        case kScalar: y[r] = vec_dot_iq2_xxs_q8_K_scalar(row, q8.data(), cols); break;
+        case kAvx2: y[r] = vec_dot_iq2_xxs_q8_K_avx2(row, q8.data(), cols); break;
+        default: ggml_dot(static_cast<int>(cols), &y[r], 0, row, 0, q8.data(), 0, 1); break;
+      }
+    }
   };
-  // Interleaved rounds, best time per kernel: on a shared machine, load spikes hit all alike.
-  double t_deq = 1e30, t_scalar = 1e30, t_avx2 = 1e30, t_ggml = 0;
-  for (int r = 0; r < repeats; ++r) {
-    t_deq = std::min(t_deq, best_seconds(1, deq));
-    t_scalar = std::min(t_scalar, best_seconds(1, dot_scalar));
-    t_avx2 = std::min(t_avx2, best_seconds(1, dot_avx2));
-    if (ggml_dot) t_ggml = r == 0 ? best_seconds(1, dot_ggml) : std::min(t_ggml, best_seconds(1, dot_ggml));
-  }
-  std::printf("IQ2_XXS %lld x %lld (%.1f MB), single thread, best of %d\n", static_cast<long long>(rows),
+  for (int round = 0; round < repeats; ++round)
+    for (int kernel = 0; kernel < kKernels; ++kernel) {
+      if (kernel == kGgml && !ggml_dot) continue;
+      for (int64_t s = 0; s < nslices; ++s) {
+        double& b = best[kernel * nslices + s];
+        b = std::min(b, best_seconds(1, [&] { run(kernel, s * slice); }));
+      }
+    }
+  auto total = [&](int kernel) {
+    double t = 0;
+    for (int64_t s = 0; s < nslices; ++s) t += best[kernel * nslices + s];
+    return t;
+  };
+  const double t_deq = total(kDeq), t_scalar = total(kScalar), t_avx2 = total(kAvx2);
+  const double t_ggml = ggml_dot ? total(kGgml) : 0;
+  std::printf("IQ2_XXS %lld x %lld (%.1f MB), single thread, best of %d rounds per 256-row slice\n", static_cast<long long>(rows),
               static_cast<long long>(cols), weight_bytes / 1e6, repeats);
   std::printf("quantize (imatrix)  : %8.3f s   %7.2f Mweights/s (ggml: %.2f Mweights/s)\n", tq,
               qrows * cols / tq / 1e6, qrows * cols / tq_ggml / 1e6);
