@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "core/error.h"
+#include "tokenizer/pretokenizer.h"
 #include "tokenizer/utf8.h"
 
 namespace ds4::tokenizer {
@@ -29,15 +30,19 @@ bool first_cp(std::string_view s, uint32_t* cp) {
   return true;
 }
 
-// Rust's char::is_alphanumeric (Alphabetic or Numeric), which HF's single_word test uses.
-bool is_alphanumeric(uint32_t cp) {
-  if (cp < 0x80) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z');
+// HF's single_word test looks for a word character next to the match with the Rust regex
+// crate's \\w: Alphabetic, marks, decimal digits, connector punctuation and the two join
+// controls. PCRE2's tables are older, so add the letters, marks and digits HF's newer tables know.
+bool is_word_char(uint32_t cp) {
+  if (cp < 0x80) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') || cp == '_';
   static pcre2_code* re = [] {
+    const std::string p = std::string("^[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200c}\\x{200d}") +
+                          PreTokenizer::class_extra("L") + PreTokenizer::class_extra("M") +
+                          PreTokenizer::class_extra("N") + "]";  // the new N are decimal digits
     int err = 0;
     PCRE2_SIZE off = 0;
-    const char* p = R"(^[\p{Alphabetic}\p{N}])";
-    pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p), PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
-                                  &err, &off, nullptr);
+    pcre2_code* c = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                                  &off, nullptr);
     if (!c) ds4::fail("tokenizer: cannot compile the single_word character class");
     return c;
   }();
@@ -142,8 +147,8 @@ void AddedTokens::run_pass(const Trie& trie, std::string_view text, uint32_t bas
     const uint8_t f = trie.flags_of.at(id);
     if (f & kSingleWord) {
       uint32_t cp;
-      const bool start_space = start == 0 || !(last_cp(text.substr(0, start), &cp) && is_alphanumeric(cp));
-      const bool stop_space = stop == text.size() || !(first_cp(text.substr(stop), &cp) && is_alphanumeric(cp));
+      const bool start_space = start == 0 || !(last_cp(text.substr(0, start), &cp) && is_word_char(cp));
+      const bool stop_space = stop == text.size() || !(first_cp(text.substr(stop), &cp) && is_word_char(cp));
       if (!start_space || !stop_space) continue;
     }
     if (f & kLstrip) start = std::max(trailing_space_start(text.substr(0, start)), start_offset);

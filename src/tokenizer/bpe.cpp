@@ -115,6 +115,29 @@ void Bpe::encode_word(std::string_view bytes, std::vector<int32_t>& out) const {
     out.push_back(byte_token_[static_cast<uint8_t>(bytes[0])]);
     return;
   }
+  if (n > kCacheMaxWordBytes) {
+    merge_word(bytes, out);
+    return;
+  }
+  thread_local std::string key;
+  key.assign(bytes);
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = out.size();
+  merge_word(bytes, out);
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (cache_.size() >= kCacheMaxEntries) cache_.clear();
+  cache_.emplace(key, std::vector<int32_t>(out.begin() + std::ptrdiff_t(first), out.end()));
+}
+
+void Bpe::merge_word(std::string_view bytes, std::vector<int32_t>& out) const {
+  const size_t n = bytes.size();
   thread_local Scratch s;
   auto& sym = s.symbols;
   sym.resize(n);

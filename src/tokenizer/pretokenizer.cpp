@@ -109,6 +109,15 @@ struct PreTokenizer::Impl {
 
 std::string PreTokenizer::pattern(int i) { return build_pattern(i); }
 
+std::string PreTokenizer::class_extra(std::string_view name) {
+  if (name == "L") return kExtraL;
+  if (name == "N") return kExtraN;
+  if (name == "M") return kExtraM;
+  if (name == "P") return kExtraP;
+  if (name == "S") return kExtraS;
+  ds4::fail("tokenizer: no character class named \"{}\"", name);
+}
+
 std::string PreTokenizer::class_body(std::string_view name) {
   if (name == "L") return cls("L", kExtraL);
   if (name == "N") return cls("N", kExtraN);

@@ -38,6 +38,8 @@ class PreTokenizer {
   // "L" "N" "M" "P" "S" (bracket-free class bodies) and "s" (whitespace). For tests.
   static std::string pattern(int i);
   static std::string class_body(std::string_view name);
+  // Only the ranges added to PCRE2's \p{name} (code points HF's newer tables know).
+  static std::string class_extra(std::string_view name);
 
  private:
   struct Impl;

@@ -299,8 +299,10 @@ def gen_invalid(r):
 
 
 def main():
-    r = Rng(20261129)
-    n_valid = 5600
+    # Optional: SEED N_VALID, for extra fuzz corpora (the committed fixture uses the defaults).
+    seed = int(sys.argv[1]) if len(sys.argv) > 1 else 20261129
+    r = Rng(seed)
+    n_valid = int(sys.argv[2]) if len(sys.argv) > 2 else 5600
     n_invalid = 200
     seen = set()
     lines = []
