@@ -109,6 +109,7 @@ void build(Iq2xxsSearchTables& t) {
     for (int j = 0; j < 8; ++j) {
       const int l = magnitude_level(static_cast<uint8_t>(iq2xxs_grid[k] >> (8 * j)));
       v |= static_cast<uint64_t>(2 * l + 1) << (8 * j);
+      t.level_values[k][j] = static_cast<float>(2 * l + 1);
     }
     t.levels[k] = v;
   }

@@ -24,6 +24,7 @@ namespace ds4::quant {
 struct Iq2xxsSearchTables {
   static constexpr int kMapSize = 43692;  // largest index 0b1010...10 = 43690, plus slack as ggml
   uint64_t levels[256];                    // byte j of point k = 2*l_j + 1
+  float level_values[256][8];              // the same odd levels as floats (saves conversions)
   // map[u] >= 0: grid index of u. map[u] < 0: u is off the grid; its list starts at
   // neighbours[-map[u] - 1] with the count, followed by that many grid indices.
   std::vector<int32_t> map;

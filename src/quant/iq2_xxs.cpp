@@ -135,11 +135,10 @@ int best_neighbour(const Iq2xxsSearchTables& t, uint16_t u, const float* xval, c
   float best_d2 = FLT_MAX;
   int best = -1;
   for (int j = 1; j <= count; ++j) {
-    const uint64_t p = t.levels[list[j]];
+    const float* q = t.level_values[list[j]];
     float d2 = 0;
     for (int i = 0; i < 8; ++i) {
-      const float q = static_cast<float>((p >> (8 * i)) & 0xff);
-      const float diff = scale * q - xval[i];
+      const float diff = scale * q[i] - xval[i];
       d2 += w[i] * diff * diff;
     }
     if (d2 < best_d2) {
