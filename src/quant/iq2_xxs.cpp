@@ -1,8 +1,9 @@
 // IQ2_XXS: dequantization, ggml-identical quantization search, scalar dot product with Q8_K.
 //
-// Float determinism: this file must be compiled without -mfma and without -ffast-math. The
-// quantizer reproduces ggml's choices bit for bit only if every float expression below is
-// evaluated as written (left to right, one rounding per operation), as ggml's C code is.
+// Float determinism: the quantizer reproduces ggml's choices bit for bit only if every float
+// expression below is evaluated as written (left to right, one rounding per operation), as in
+// ggml's baseline x86-64 build. So: no -ffast-math, and no FMA contraction (ds4_quant is built
+// with -ffp-contract=off; ISO C++ mode does not contract either).
 #include "quant/iq2_xxs.h"
 
 #include <algorithm>
