@@ -2,6 +2,7 @@
 
 #include "chat/markers.h"
 #include "chat/py_json.h"
+#include "core/error.h"
 
 namespace ds4::chat {
 
@@ -78,6 +79,18 @@ std::string dsml_arguments_json(const DsmlCall& call) {
   }
   out += '}';
   return out;
+}
+
+ToolCall tool_call_from_dsml(const DsmlCall& call, std::string id) {
+  ToolCall tc;
+  tc.id = std::move(id);
+  tc.name = call.name;
+  tc.arguments_text = dsml_arguments_json(call);
+  tc.arguments = Json::parse(tc.arguments_text, nullptr, /*allow_exceptions=*/false);
+  if (tc.arguments.is_discarded()) {
+    fail("tool call '{}': a string=\"false\" parameter value is not JSON", call.name);
+  }
+  return tc;
 }
 
 }  // namespace ds4::chat

@@ -35,6 +35,11 @@ std::string render_tool_calls_block(const std::vector<DsmlCall>& calls);
 // Canonical block for JSON tool calls (used when the exact sampled block is unknown).
 std::string render_tool_calls_block(const std::vector<ToolCall>& calls);
 
+// A parsed call as a JSON tool call (for API responses): `arguments_text` is the official
+// decode_dsml_to_arguments text, `arguments` its parse. Throws ds4::Error naming the tool
+// when a string="false" value is not JSON.
+ToolCall tool_call_from_dsml(const DsmlCall& call, std::string id);
+
 // Official decode_dsml_to_arguments: `{"k": v, ...}` where string values are JSON-quoted
 // and non-string values are pasted as written.
 std::string dsml_arguments_json(const DsmlCall& call);

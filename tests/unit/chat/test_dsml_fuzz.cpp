@@ -100,7 +100,10 @@ std::vector<DsmlCall> random_calls(Rng& r) {
       if (p.is_string) {
         p.value = safe_text(r, 8, {mark::kParamClose});
       } else {
-        p.value = py_json_dumps(random_json(r, 0));
+        // The canonical encoder writes top-level strings with string="true" only.
+        Json v = random_json(r, 0);
+        while (v.is_string()) v = random_json(r, 0);
+        p.value = py_json_dumps(v);
         if (contains(p.value, mark::kParamClose) || p.value.size() > 4096) continue;
       }
       c.params.push_back(std::move(p));
@@ -243,6 +246,11 @@ TEST(ChatDsmlFuzz, HundredThousandSplitAndMutatedInputs) {
       if (!g.calls.empty()) {
         ASSERT_EQ(o.blocks.size(), 1u);
         ASSERT_EQ(o.blocks[0], g.calls) << "input " << i;
+        // JSON tool calls made from the parse re-render to the same canonical block.
+        std::vector<ToolCall> json_calls;
+        for (const DsmlCall& c : o.blocks[0]) json_calls.push_back(tool_call_from_dsml(c, "id"));
+        ASSERT_EQ(render_tool_calls_block(json_calls), render_tool_calls_block(g.calls))
+            << "input " << i;
         ++with_calls;
       }
     }

@@ -6,6 +6,7 @@
 #include "chat/dsml.h"
 #include "chat/dsml_parser.h"
 #include "chat/markers.h"
+#include "core/error.h"
 
 #include <gtest/gtest.h>
 
@@ -228,6 +229,17 @@ TEST(ChatDsml, CanonicalRenderingFollowsOfficialEncodeArgumentsToDsml) {
       "<｜DSML｜invoke name=\"g\">\n\n</｜DSML｜invoke>\n"
       "</｜DSML｜tool_calls>";
   EXPECT_EQ(render_tool_calls_block(std::vector<ToolCall>{a, b}), want);
+}
+
+TEST(ChatDsml, ToolCallFromParsedDsml) {
+  DsmlCall call{"f", {{"a", true, "x\"y"}, {"b", false, "[1, 2]"}}};
+  ToolCall tc = tool_call_from_dsml(call, "call_7");
+  EXPECT_EQ(tc.id, "call_7");
+  EXPECT_EQ(tc.arguments_text, R"({"a": "x\"y", "b": [1, 2]})");
+  EXPECT_EQ(tc.arguments.at("b").at(1), 2);
+  EXPECT_EQ(dsml_call_from_tool_call(tc), call);
+  DsmlCall bad{"g", {{"c", false, "nope"}}};
+  EXPECT_THROW(tool_call_from_dsml(bad, "x"), ds4::Error);
 }
 
 }  // namespace
