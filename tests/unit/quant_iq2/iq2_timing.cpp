@@ -1,7 +1,8 @@
 // Standalone throughput measurement for the IQ2_XXS codec (not a test): dequantize and
 // IQ2_XXS x Q8_K dot (scalar, AVX2, and ggml's own AVX2 build for context), single thread,
 // over a 16384 x 4096 weight matrix of random blocks (17 MB: beyond L2; it may fit a large
-// L3, so this measures decode speed more than DRAM bandwidth), plus quantization speed (ours and ggml's) on 64 rows of 4096.
+// L3, so this measures decode speed more than DRAM bandwidth), plus quantization speed
+// (ours and ggml's) on 64 rows of 4096.
 // Prints GB/s of IQ2_XXS weight bytes consumed.  Usage: iq2_timing [repeats [rows]]
 #include <dlfcn.h>
 
