@@ -69,6 +69,24 @@ struct ThreadState {
 
 }  // namespace
 
+// Byte-level prefilters that prove regex 0 or 1 cannot match, so most pieces skip a PCRE2 call.
+// Regex 0 needs a \p{N} character: an ASCII digit or some non-ASCII character. Regex 1 needs
+// a CJK/kana character (U+3040..U+30FF, U+4E00..U+9FA5), whose UTF-8 lead bytes are E3..E9.
+bool cannot_match(int stage, const char* p, size_t n) {
+  if (stage == 0) {
+    for (size_t i = 0; i < n; ++i) {
+      const auto c = static_cast<uint8_t>(p[i]);
+      if (c >= 0x80 || (c >= '0' && c <= '9')) return false;
+    }
+    return true;
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<uint8_t>(p[i]);
+    if (c >= 0xE3 && c <= 0xE9) return false;
+  }
+  return true;
+}
+
 struct PreTokenizer::Impl {
   Regex re[3];
   bool jit[3] = {false, false, false};
@@ -77,6 +95,10 @@ struct PreTokenizer::Impl {
   void run(int stage, const char* text, uint32_t a, uint32_t b, std::vector<Span>& out, ThreadState& ts) const {
     if (stage == 3) {
       out.push_back({a, b});
+      return;
+    }
+    if (stage < 2 && cannot_match(stage, text + a, b - a)) {
+      run(stage + 1, text, a, b, out, ts);
       return;
     }
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text + a);
