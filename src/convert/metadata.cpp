@@ -162,6 +162,7 @@ void add_model_metadata(gguf::Writer& w, const ModelShape& s) {
   f32("rope.freq_base", s.rope_base);
   f32("attention.compress_rope_freq_base", s.compress_rope_base);
   // Without YaRN the factor is 1, which makes the YaRN blend the identity (spec §5.1).
+  if (s.yarn.enabled) w.add_kv(a + "rope.scaling.type", Value::string("yarn"));
   f32("rope.scaling.factor", s.yarn.enabled ? s.yarn.factor : 1.0);
   u32("rope.scaling.original_context_length", std::min<uint64_t>(s.yarn.original_context, UINT32_MAX));
   f32("rope.scaling.yarn_beta_fast", s.yarn.beta_fast);

@@ -34,6 +34,11 @@ std::vector<uint8_t> encode_rows(GgmlType type, const float* src, int64_t nrows,
   // Quantized: rows are independent, so chunks of rows run in parallel.
   int nt = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   nt = static_cast<int>(std::min<int64_t>(nt, std::max<int64_t>(1, nrows)));
+  // ggml refuses IQ2_XXS without importance weights. With no calibration data, all-ones
+  // weights make its search minimize the plain magnitude-weighted error sqrt(sigma^2 + x^2).
+  std::vector<float> ones;
+  if (type == GgmlType::IQ2_XXS) ones.assign(static_cast<size_t>(n), 1.0f);
+  const float* imatrix = ones.empty() ? nullptr : ones.data();
   std::vector<std::thread> pool;
   std::vector<std::exception_ptr> errors(nt);
   const int64_t per = (nrows + nt - 1) / nt;
@@ -42,7 +47,7 @@ std::vector<uint8_t> encode_rows(GgmlType type, const float* src, int64_t nrows,
     if (r0 >= r1) continue;
     pool.emplace_back([&, t, r0, r1] {
       try {
-        quant::quantize_rows(type, src + r0 * n, out.data() + r0 * rb, r1 - r0, n, nullptr);
+        quant::quantize_rows(type, src + r0 * n, out.data() + r0 * rb, r1 - r0, n, imatrix);
       } catch (...) {
         errors[t] = std::current_exception();
       }
