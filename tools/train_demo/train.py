@@ -388,7 +388,10 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--indexer-loss", type=float, default=1.0)
     ap.add_argument("--bias-gamma", type=float, default=1e-3)
-    ap.add_argument("--eval-every", type=float, default=45.0, help="seconds between validation evals")
+    ap.add_argument("--max-epochs", type=float, default=20.0,
+                    help="token budget in passes over the training split; the LR schedule ends at this "
+                         "budget or at the time deadline, whichever comes first")
+    ap.add_argument("--eval-every", type=float, default=15.0, help="seconds between validation evals")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--gen-tokens", type=int, default=120)
     ap.add_argument("--smoke", action="store_true", help="tiny evaluation sets and samples (pipeline test)")
@@ -469,7 +472,8 @@ def main():
     L = args.seq
     N = len(train_ids)
     train_t = torch.tensor(train_ids, dtype=torch.long)
-    log(f"training until t={train_deadline - T0:.0f}s ({train_span:.0f}s), batch {args.batch} x {L} tokens")
+    log(f"training until t={train_deadline - T0:.0f}s ({train_span:.0f}s) or {args.max_epochs} epochs "
+        f"({int(args.max_epochs * N)} tokens), batch {args.batch} x {L} tokens")
 
     def do_eval(final=False):
         v = eval_loss(model, torch, val_wins, device, 16, autocast=True)
@@ -481,9 +485,9 @@ def main():
     model.train()
     while True:
         now = time.time()
-        if now >= train_deadline or (args.smoke and step >= 12):
+        frac = max((now - t_train0) / train_span, tokens_seen / (args.max_epochs * N))
+        if frac >= 1.0 or (args.smoke and step >= 12):
             break
-        frac = (now - t_train0) / train_span
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
         lr *= args.min_lr_frac + (1 - args.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))
         for gparam in opt.param_groups:
@@ -523,7 +527,7 @@ def main():
         inst.clear()
         step += 1
         tokens_seen += x.numel()
-        lv = float(lm_loss)
+        lv = lm_loss.item()
         ema = lv if ema is None else 0.95 * ema + 0.05 * lv
         if step % 25 == 0 or step <= 3:
             el = time.time() - t_train0
