@@ -113,9 +113,9 @@ TEST(ForwardConsistency, QuantizedWeightsWithPerLayerExpertTypes) {
 }
 
 TEST(ForwardConsistency, SimulationRoundsStoredRows) {
-  // With the simulation on, stored raw KV rows are already FP8-exact on their non-RoPE dims
-  // (a second round trip changes nothing) and indexer rows are FP4-exact; with it off they
-  // are not.
+  // With the simulation on, stored raw KV rows and compressed attention rows are already
+  // FP8-exact on their non-RoPE dims (a second round trip changes nothing) and indexer rows
+  // are FP4-exact; with it off they are not.
   SynthConfig c;
   std::string p = tmp_path("simrows");
   ds4::test::write_synthetic_model(p, c);
@@ -132,6 +132,14 @@ TEST(ForwardConsistency, SimulationRoundsStoredRows) {
     const int64_t hd = c.head_dim, nope = hd - c.n_rot;
     for (int64_t r = 0; r < c.sliding_window; ++r) {
       std::vector<float> row(st.layers[1].raw.begin() + r * hd, st.layers[1].raw.begin() + (r + 1) * hd);
+      auto again = row;
+      compute::fp8_e4m3_round_trip(again.data(), nope);
+      changed += again != row;
+    }
+    const auto& comp = st.layers[1].attn;  // ratio-4 compressed attention rows: FP8 on dims < nope
+    ASSERT_EQ(comp.n_rows(), 6);
+    for (int64_t r = 0; r < comp.n_rows(); ++r) {
+      std::vector<float> row(comp.rows.begin() + r * hd, comp.rows.begin() + (r + 1) * hd);
       auto again = row;
       compute::fp8_e4m3_round_trip(again.data(), nope);
       changed += again != row;
