@@ -2,7 +2,9 @@
 // string, or an object with "text", or with "b64" for arbitrary bytes), one JSON array of
 // token ids per output line. No BOS is added. --special recognises added/special tokens, as
 // HF tokenizers' encode() does by default; without it all text is ordinary text.
-// IN may be "-" for stdin. Blank lines are skipped.
+// IN may be "-" for stdin. Blank lines are skipped. A line that cannot be read (bad JSON, lone
+// surrogate escapes, wrong shape) prints `null` so output stays aligned with input; its error
+// goes to stderr and the command exits with status 1 after the last line.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -78,21 +80,30 @@ int cmd_tokenize(int argc, char** argv) {
     if (!file) ds4::fail("{}: cannot open", in);
   }
   std::istream& is = in == "-" ? std::cin : file;
-  std::string line, out;
+  std::string line, out, text;
   std::vector<int32_t> ids;
-  size_t line_no = 0;
+  size_t line_no = 0, bad_lines = 0;
   while (std::getline(is, line)) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    try {
+      text = text_of(line, line_no);
+    } catch (const ds4::Error& e) {
+      fmt::print(stderr, "ds4-gguf tokenize: {}: {}\n", in, e.what());
+      std::fwrite("null\n", 1, 5, stdout);
+      ++bad_lines;
+      continue;
+    }
     ids.clear();
-    tok.encode_append(text_of(line, line_no), special, ids);
+    tok.encode_append(text, special, ids);
     out = "[";
     for (size_t k = 0; k < ids.size(); ++k) fmt::format_to(std::back_inserter(out), "{}{}", k ? "," : "", ids[k]);
     out += "]\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
   }
   if (is.bad()) ds4::fail("{}: read error", in);
+  if (bad_lines) ds4::fail("{}: {} of {} lines could not be read (printed as null)", in, bad_lines, line_no);
   return 0;
 }
 
