@@ -2,9 +2,12 @@
 """Checks a converted demo GGUF against what transformers computed on the GPU machine.
 
   * logits: runs `ds4 --tokens ... --dump-logits` on the reference prompts of train.py
-    (ref/tokens.json, ref/logits_<name>.f32 = float32 transformers prefill) and prints the
-    largest absolute difference, the largest difference relative to the row's logit range,
-    and how often the argmax agrees, per GGUF and --act-quant-sim setting;
+    (ref/tokens.json, ref/logits_<name>.f32 = float32 transformers prefill; an entry with
+    "rows" holds only those positions, in that order) and prints, per GGUF and
+    --act-quant-sim setting, the largest absolute logit difference (and the median over
+    positions of each position's largest difference), the largest difference relative to the
+    row's logit range, the mean KL(transformers || engine) of the next-token distributions, and
+    how often the argmax agrees;
   * tokenizer: runs `ds4-gguf tokenize --special` on ref/tokenizer_check.json and compares the
     ids with the HF `tokenizers` ids of the trained vocabulary.
 
@@ -18,6 +21,7 @@ Exit status 1 if the f32 file or a tokenizer id disagrees.
 """
 import argparse
 import json
+import math
 import os
 import struct
 import subprocess
@@ -37,16 +41,26 @@ def argmax(row):
     return max(range(len(row)), key=row.__getitem__)
 
 
+def log_softmax(row):
+    m = max(row)
+    lse = m + math.log(sum(math.exp(x - m) for x in row))
+    return [x - lse for x in row]
+
+
 def compare(ref, got):
-    max_abs = max_rel = 0.0
+    max_rel = kl_sum = 0.0
     agree = 0
+    diffs = []
     for r, g in zip(ref, got):
         span = max(r) - min(r)
         d = max(abs(a - b) for a, b in zip(r, g))
-        max_abs = max(max_abs, d)
+        diffs.append(d)
         max_rel = max(max_rel, d / span)
         agree += argmax(r) == argmax(g)
-    return max_abs, max_rel, agree
+        lr, lg = log_softmax(r), log_softmax(g)
+        kl_sum += sum(math.exp(a) * (a - b) for a, b in zip(lr, lg))
+    diffs.sort()
+    return diffs[-1], diffs[len(diffs) // 2], max_rel, kl_sum / len(ref), agree
 
 
 def main():
@@ -69,16 +83,18 @@ def main():
                     if a.threads:
                         cmd += ["-t", str(a.threads)]
                     subprocess.run(cmd, check=True)
-                    ref = read_f32(os.path.join(a.ref, f"logits_{name}.f32"), r["n_vocab"])
+                    ref = read_f32(os.path.join(a.ref, r.get("logits_file", f"logits_{name}.f32")), r["n_vocab"])
                     got = read_f32(out, r["n_vocab"])
+                    if "rows" in r:
+                        got = [got[i] for i in r["rows"]] if len(got) == len(r["tokens"]) else []
                     if len(got) != len(ref):
                         print(f"{gguf} {name}: {len(got)} rows, expected {len(ref)}")
                         ok = False
                         continue
-                    max_abs, max_rel, agree = compare(ref, got)
-                    print(f"{os.path.basename(gguf):24s} sim {sim:3s} {name:5s} {len(ref):3d} tokens: "
-                          f"max |diff| {max_abs:.3e}, max |diff|/range {max_rel:.3e}, "
-                          f"argmax agrees {agree}/{len(ref)}")
+                    max_abs, median, max_rel, kl, agree = compare(ref, got)
+                    print(f"{os.path.basename(gguf):20s} sim {sim:3s} {name:5s} {len(r['tokens']):3d} tokens "
+                          f"({len(ref)} rows): max |diff| {max_abs:.2e} (median row {median:.2e}), "
+                          f"/range {max_rel:.2e}, KL {kl:.2e}, argmax {agree}/{len(ref)}")
                     if gguf == a.gguf[0] and sim == "off" and (agree != len(ref) or max_abs > a.f32_tol):
                         print(f"  FAIL: the f32 file must match transformers (tolerance {a.f32_tol})")
                         ok = False
