@@ -130,16 +130,20 @@ MappedName map_hf_name(std::string_view full) {
     m.kind = MappedName::Kind::Ignored;
     return m;
   }
-  if (ends_with(n, ".scale") || ends_with(n, ".weight_scale_inv"))
-    fail("tensor '{}' is an FP8/FP4 block scale: quantized official checkpoints must be dequantized to "
-         "BF16/F32 before convert-hf",
-         full);
+  // Known names first: "attn_hc.scale" / "hc_head.hc_scale" are HC parameters, not FP8 scales.
+  auto unknown = [&]() -> MappedName {
+    if (ends_with(n, ".scale") || ends_with(n, ".weight_scale_inv"))
+      fail("tensor '{}' is an FP8/FP4 block scale: quantized official checkpoints must be dequantized to "
+           "BF16/F32 before convert-hf",
+           full);
+    fail("tensor '{}' is not part of a DeepSeek V4 checkpoint", full);
+  };
   for (const auto& a : kGlobal)
     if (n == a.hf) {
       m.gguf = a.gguf;
       return m;
     }
-  if (!n.starts_with("layers.")) fail("tensor '{}' is not part of a DeepSeek V4 checkpoint", full);
+  if (!n.starts_with("layers.")) return unknown();
   std::string_view rest = n.substr(7);
   auto layer = take_index(rest);
   if (!layer) fail("tensor '{}': expected a layer index after 'layers.'", full);
@@ -174,7 +178,7 @@ MappedName map_hf_name(std::string_view full) {
         return m;
       }
   }
-  fail("tensor '{}' is not part of a DeepSeek V4 checkpoint", full);
+  return unknown();
 }
 
 }  // namespace ds4::convert

@@ -78,6 +78,8 @@ TEST(HfNames, SavePretrainedAndModuleNames) {
   EXPECT_EQ(g("model.layers.4.self_attn.compressor.indexer.position_bias"), "blk.4.indexer_compressor_ape.weight");
   EXPECT_EQ(g("model.layers.4.mlp.gate.e_score_correction_bias"), "blk.4.exp_probs_b.bias");
   EXPECT_EQ(g("model.layers.4.attn_hc.fn"), "blk.4.hc_attn_fn.weight");
+  EXPECT_EQ(g("model.layers.4.attn_hc.scale"), "blk.4.hc_attn_scale.weight");  // not an FP8 scale
+  EXPECT_EQ(g("model.layers.4.ffn_hc.scale"), "blk.4.hc_ffn_scale.weight");
   EXPECT_EQ(map_hf_name("model.layers.4.mlp.experts.gate_up_proj").kind, Kind::GateUpStack);
   EXPECT_EQ(map_hf_name("model.layers.4.mlp.experts.down_proj").kind, Kind::DownStack);
   EXPECT_EQ(map_hf_name("mtp.0.enorm.weight").kind, Kind::Ignored);

@@ -445,4 +445,87 @@ TEST(ConvertHf, RejectsInconsistentCheckpoints) {
   }
 }
 
+
+// Converts `ts` (with swa_tiny's config) and returns the GGUF's tensor bytes by name.
+std::map<std::string, std::vector<uint8_t>> convert_tensors(const std::map<std::string, RawTensor>& ts,
+                                                            const std::string& sub, bool sharded) {
+  fs::path dir = temp_dir() / sub;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(fixture("swa_tiny") + "/config.json", dir / "config.json");
+  if (!sharded) {
+    write_safetensors((dir / "model.safetensors").string(), ts);
+  } else {
+    // Two shards and an index, the way large checkpoints are stored.
+    std::map<std::string, RawTensor> a, b;
+    nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+    size_t k = 0;
+    for (const auto& [n, t] : ts) {
+      const bool first = (k++ % 2) == 0;
+      (first ? a : b)[n] = t;
+      index["weight_map"][n] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+    }
+    write_safetensors((dir / "model-00001-of-00002.safetensors").string(), a);
+    write_safetensors((dir / "model-00002-of-00002.safetensors").string(), b);
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  }
+  ds4::convert::ConvertOptions o{dir.string(), (dir / "out.gguf").string(), ds4::convert::Recipe::F32, 0, {}};
+  ds4::convert::convert_hf(o);
+  auto f = ds4::gguf::File::open((dir / "out.gguf").string());
+  std::map<std::string, std::vector<uint8_t>> out;
+  for (const auto& t : f.tensors()) out[t.name].assign(t.data, t.data + t.n_bytes);
+  return out;
+}
+
+TEST(ConvertHf, ShardedCheckpointGivesTheSameTensors) {
+  auto ts = raw_fixture("swa_tiny");
+  EXPECT_EQ(convert_tensors(ts, "single", false), convert_tensors(ts, "sharded", true));
+}
+
+// transformers' in-memory module names with stacked experts ([E, 2I, H] gate_up, [E, H, I]
+// down) must give the same file as the official per-expert names.
+TEST(ConvertHf, TransformersModuleNamesAndStackedExperts) {
+  auto official = raw_fixture("swa_tiny");
+  std::map<std::string, RawTensor> modules;
+  const std::vector<std::pair<std::string, std::string>> rename = {
+      {"attn.wq_a.weight", "self_attn.q_a_proj.weight"},   {"attn.q_norm.weight", "self_attn.q_a_norm.weight"},
+      {"attn.wq_b.weight", "self_attn.q_b_proj.weight"},   {"attn.wkv.weight", "self_attn.kv_proj.weight"},
+      {"attn.norm.weight", "self_attn.kv_norm.weight"},    {"attn.attn_sink", "self_attn.sinks"},
+      {"attn.wo_a.weight", "self_attn.o_a_proj.weight"},   {"attn.wo_b.weight", "self_attn.o_b_proj.weight"},
+      {"attn_norm.weight", "input_layernorm.weight"},      {"ffn_norm.weight", "post_attention_layernorm.weight"},
+      {"hc_attn_fn", "attn_hc.fn"},                        {"hc_attn_base", "attn_hc.base"},
+      {"hc_attn_scale", "attn_hc.scale"},                  {"hc_ffn_fn", "ffn_hc.fn"},
+      {"hc_ffn_base", "ffn_hc.base"},                      {"hc_ffn_scale", "ffn_hc.scale"},
+      {"ffn.gate.weight", "mlp.gate.weight"},              {"ffn.gate.bias", "mlp.gate.e_score_correction_bias"},
+      {"ffn.gate.tid2eid", "mlp.gate.tid2eid"},            {"ffn.shared_experts.w1.weight", "mlp.shared_experts.gate_proj.weight"},
+      {"ffn.shared_experts.w3.weight", "mlp.shared_experts.up_proj.weight"},
+      {"ffn.shared_experts.w2.weight", "mlp.shared_experts.down_proj.weight"},
+  };
+  const uint64_t E = 4, I = 16, H = 32;  // swa_tiny
+  for (int il = 0; il < 2; ++il) {
+    const std::string p = "model.layers." + std::to_string(il) + ".";
+    for (const auto& [from, to] : rename)
+      if (official.count(p + from)) modules[p + to] = official.at(p + from);
+    RawTensor gate_up{"F32", {E, 2 * I, H}, {}}, down{"F32", {E, H, I}, {}};
+    for (uint64_t e = 0; e < E; ++e) {
+      const std::string x = p + "ffn.experts." + std::to_string(e) + ".";
+      for (const char* w : {"w1", "w3"}) {
+        const auto& b = official.at(x + w + ".weight").bytes;
+        gate_up.bytes.insert(gate_up.bytes.end(), b.begin(), b.end());
+      }
+      const auto& b = official.at(x + "w2.weight").bytes;
+      down.bytes.insert(down.bytes.end(), b.begin(), b.end());
+    }
+    modules[p + "mlp.experts.gate_up_proj"] = gate_up;
+    modules[p + "mlp.experts.down_proj"] = down;
+  }
+  modules["model.embed_tokens.weight"] = official.at("model.embed_tokens.weight");
+  modules["lm_head.weight"] = official.at("head.weight");
+  modules["model.norm.weight"] = official.at("model.norm.weight");
+  modules["model.hc_head.hc_fn"] = official.at("model.hc_head.hc_fn");
+  modules["model.hc_head.hc_base"] = official.at("model.hc_head.hc_base");
+  modules["model.hc_head.hc_scale"] = official.at("model.hc_head.hc_scale");
+  EXPECT_EQ(convert_tensors(modules, "modules", false), convert_tensors(official, "official", false));
+}
+
 }  // namespace
