@@ -1,0 +1,112 @@
+#pragma once
+// Engine: one loaded model, shared by any number of sessions (session.h).
+//
+//   ds4::EngineOptions eo;
+//   eo.model_path = "ds4flash.gguf";
+//   auto engine = ds4::Engine::open(eo);                 // throws ds4::Error
+//   fmt::print("{}\n", engine->memory_plan().describe());
+//   auto session = engine->new_session();
+//   session->sync(engine->tokenizer().encode(prompt, /*parse_special=*/true));
+//
+// Thread safety: an Engine is immutable after open() and may be shared between threads
+// (hold it by the shared_ptr open() returns; sessions keep it alive). Sessions are
+// single-threaded objects, but different sessions may be used from different threads at once:
+// their model evaluations take turns on the engine's one compute thread pool (a CPU pool is
+// the whole machine; running two evaluations side by side would only contend for it).
+//
+// What is not here: tensors and backend internals (src/model, src/compute), and chat
+// rendering. Prompt text comes from src/chat/renderer.h (ds4_chat, linked by ds4_session):
+// render a chat::Conversation to text, then tokenize it with parse_special = true.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ds4/tokenizer.h"
+
+namespace ds4 {
+
+class Session;
+struct SessionOptions;
+
+struct EngineOptions {
+  std::string model_path = "ds4flash.gguf";
+  std::string backend = "cpu";  // "cpu"; "cuda" throws "not built with CUDA support"
+  int threads = 0;              // compute threads; <= 0: all hardware threads
+  // Context size (tokens) of new sessions; 0: the model's training context
+  // (deepseek4.context_length). Values above the training context are allowed (the model
+  // has no hard limit) but noted in the memory plan.
+  int64_t ctx_size = 0;
+  // FP8 KV rounding and Hadamard+FP4 indexer rounding (spec §5.2-5.4), as the official
+  // implementation does. Off reproduces transformers' float-only math.
+  bool act_quant_sim = true;
+  // Longest batch one forward pass takes; prefill runs in chunks of this many tokens.
+  // Cancellation and progress are checked between chunks.
+  int64_t max_batch = 512;
+};
+
+// Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
+struct MemoryPlan {
+  uint64_t file_bytes = 0;       // size of the GGUF file (mapped read-only, shared, paged on demand)
+  uint64_t weights_bytes = 0;    // tensor data inside it
+  int64_t n_ctx = 0;             // context the state figures are for
+  uint64_t state_fixed_bytes = 0;      // per session, independent of position: sliding windows,
+                                       // compressor partial windows, logits
+  uint64_t state_bytes_per_token = 0;  // per session, growth per evaluated token (compressed
+                                       // rows amortized, token list); fractional parts rounded up
+  uint64_t state_bytes_at_ctx = 0;     // fixed + growth for n_ctx tokens, excluding checkpoints
+  uint64_t checkpoint_bytes = 0;       // one rewind checkpoint (see SessionOptions)
+  std::string describe() const;        // one human-readable line per figure
+};
+
+struct EngineInfo {
+  std::string architecture;    // general.architecture ("deepseek4")
+  std::string model_name;      // general.name, or the file name when absent
+  std::string model_id;        // 16 hex digits: XXH64 of the GGUF header, metadata and tensor
+                               // table (file bytes before the data section). Payloads are tagged
+                               // with it.
+  int32_t n_vocab = 0;
+  int64_t n_layer = 0;
+  int64_t n_ctx_train = 0;     // deepseek4.context_length
+  int64_t n_ctx = 0;           // default context of new sessions (EngineOptions::ctx_size resolved)
+  std::optional<int32_t> bos_id;
+  std::optional<int32_t> eos_id;
+  // Tokens that end an assistant turn (EOS, and "<｜User｜>" when the vocabulary has it: a model
+  // that skipped EOS and started the next user turn has finished).
+  std::vector<int32_t> stop_ids;
+  bool has_tokenizer = false;  // false: the GGUF has no tokenizer.ggml.* keys (token ids only)
+  std::string backend;         // "cpu"
+  int threads = 0;             // resolved compute thread count
+  bool act_quant_sim = true;
+};
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  // Opens, validates and binds the model file. Throws ds4::Error naming the file and the
+  // problem (missing file, not GGUF, unsupported architecture, bad tensor, unknown backend).
+  static std::shared_ptr<const Engine> open(const EngineOptions& options);
+
+  const EngineInfo& info() const;
+  const MemoryPlan& memory_plan() const;
+  const EngineOptions& options() const;
+
+  // The model's tokenizer. Throws ds4::Error when info().has_tokenizer is false.
+  const Tokenizer& tokenizer() const;
+  bool is_stop_token(int32_t id) const;
+
+  // A fresh, empty session (position 0). Throws ds4::Error when options are invalid.
+  std::unique_ptr<Session> new_session() const;
+  std::unique_ptr<Session> new_session(const SessionOptions& options) const;
+
+  ~Engine();
+  struct Impl;
+  // Internal (src/session): the implementation behind this handle.
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ds4
