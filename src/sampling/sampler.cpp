@@ -1,7 +1,7 @@
-// Sampler::sample: the filter chain documented in include/ds4/sampling.h. The work is arranged so
-// the common configurations touch the 129280-entry row only once or twice without exp():
-// min-p is a threshold in logit space, so only its survivors get weights, and top-p sorts only
-// as far as its prefix reaches.
+// Sampler::sample: the filter chain documented in include/ds4/sampling.h, arranged so no path
+// sorts the vocabulary. min-p is a threshold in logit space, so with top-p off only its
+// survivors ever get an exp(); top-k selects against block maxima; top-p needs Z over the whole
+// row (one vectorized exp pass) and then materializes only tokens above a weight floor.
 #include "core/error.h"
 #include "sampling/exp_weights.h"
 #include "sampling/logit_row.h"

@@ -62,6 +62,8 @@ INSTANTIATE_TEST_SUITE_P(
         Setting{"p0_95_minp0_1_T2", 1000, 2.0f, 0, 0.95f, 0.1f, 200000},
         Setting{"k900_p0_97_T1", 1000, 1.0f, 900, 0.97f, 0.0f, 200000},
         Setting{"k3_T5", 1000, 5.0f, 3, 1.0f, 0.05f, 200000},
+        Setting{"minp0_1_T0_5", 1000, 0.5f, 0, 1.0f, 0.1f, 200000},
+        Setting{"minp0_2_T1_5", 1000, 1.5f, 0, 1.0f, 0.2f, 200000},
         Setting{"deepseek_vocab_defaults", 129280, 1.0f, 0, 1.0f, 0.05f, 200000},
         Setting{"deepseek_vocab_p0_9", 129280, 0.9f, 0, 0.9f, 0.0f, 20000}),
     [](const ::testing::TestParamInfo<Setting>& info) { return std::string(info.param.name); });
