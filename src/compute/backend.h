@@ -36,6 +36,22 @@ struct Matrix {
   }
 };
 
+struct HcParams {
+  int n_hc = 0;
+  int64_t n = 0;              // width of one stream
+  const float* scale = nullptr;  // 3 (or 1 for the head)
+  const float* base = nullptr;   // n_mix
+  int sinkhorn_iters = 0;
+  float hc_eps = 0;   // pre bias and Sinkhorn divisor eps
+  float rms_eps = 0;  // eps of the streams' RMS
+};
+
+// The quantization-aware rounding steps of spec §5.2-5.4 (see compute/numerics.h).
+enum class ActRound {
+  Fp8,          // FP8 E4M3 round trip in blocks of 64 over the first n_round values
+  HadamardFp4,  // Hadamard transform of the row, then FP4 E2M1 round trip in blocks of 32
+};
+
 // One attention head set's key/value rows: every row is used as key and as value (K = V).
 struct KvRows {
   const float* const* rows = nullptr;  // pointers to `count` rows of head_dim floats
@@ -72,11 +88,19 @@ class Backend {
   virtual void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
                               int64_t n_keys, float* scores) = 0;
 
-  // Hyper-connection pre (spec §6.2 step 6): x_in = sum_i pre[i] X[i], X = [n_hc][n].
-  virtual void hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) = 0;
+  // Hyper-connection pre (spec §6.2 steps 1-6, §6.9). X: rows x [n_hc][n] streams; mix: rows x
+  // n_mix raw products fn . flat(X) (scaled in place by the streams' inverse RMS).
+  // With post/comb: n_mix = (2+n_hc)*n_hc, split into pre, post and the Sinkhorn comb.
+  // Without (the output head): n_mix = n_hc, pre only. x_in[r] = sum_i pre[i] X[r][i].
+  virtual void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+                      float* comb) = 0;
   // Hyper-connection post (spec §6.3): X'[j] = post[j] y + sum_i comb[i][j] X[i]. Xout != X.
   virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
                        float* Xout) = 0;
+
+  // Applies `kind` to `rows` rows of `row_len` floats (row r at x + r*row_len), touching the
+  // first n_round values of each (FP8: the non-RoPE dims; Hadamard+FP4: the whole row).
+  virtual void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) = 0;
 
   // h = silu(min(g, limit)) * clamp(u, -limit, limit) * weight (limit <= 0: no clamp).
   virtual void swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) = 0;
@@ -87,7 +111,14 @@ class Backend {
                             float* out) = 0;
 };
 
+struct CpuOptions {
+  // Multiply quantized weights against f32 activations (rows decoded on the fly) instead of
+  // quantizing activations to Q8_0/Q8_K. Slower; isolates weight decoding from activation
+  // rounding when comparing with a float reference.
+  bool float_activations = false;
+};
+
 // The CPU backend. `pool` may be null (single-threaded); it must outlive the backend.
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool);
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool, CpuOptions opt = {});
 
 }  // namespace ds4::compute

@@ -1,11 +1,18 @@
 // Parity with HF transformers 5.17 (the oracle; fixtures from tools/oracle/deepseek4):
 // each fixture's safetensors checkpoint is converted with `ds4-gguf convert-hf --type f32`,
 // evaluated by `ds4 --dump-logits --act-quant-sim off` as one prefill and token by token,
-// and compared with transformers' logits at every position.
+// and compared with transformers' prefill logits at every position (the fixture README
+// shows transformers' own cached decode agrees with them to < 1e-5).
 //
 // Tolerance 1e-3 (the contract). transformers' own prefill/decode paths differ by up to
-// 1e-5 on these fixtures (fixture README), and this engine measures about 1e-5; 1e-3 leaves
-// room for summation-order differences but would catch any formula error (logits have std ~1).
+// 1e-5 on these fixtures, and this engine measures about 1e-5; 1e-3 leaves room for
+// summation-order differences but would catch any formula error (logits have std ~1).
+//
+// quant_small is a flash-q2 GGUF (IQ2_XXS / Q2_K experts, Q8_0 / F16 rest) whose reference
+// logits come from transformers running the GGUF's weights decoded by ggml. With --float-acts
+// the engine multiplies the same decoded weights with f32 activations, so the same 1e-3
+// holds; with its normal Q8_0/Q8_K activation quantization (as ds4 and ggml do) only a loose
+// agreement is expected (measured: max 0.94, mean 0.023, argmax equal at 245 of 256).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,6 +65,22 @@ Result compare(const std::vector<float>& got, const std::vector<float>& want, in
 
 class Parity : public ::testing::TestWithParam<const char*> {};
 
+std::string token_arg(const fs::path& dir) {
+  auto toks = nlohmann::json::parse(std::ifstream(dir / "tokens.json"))["tokens"].get<std::vector<int>>();
+  std::string s;
+  for (int t : toks) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(t);
+  }
+  return s;
+}
+
+double mean_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += std::fabs(static_cast<double>(a[i]) - b[i]);
+  return s / static_cast<double>(a.size());
+}
+
 }  // namespace
 
 TEST_P(Parity, ConvertedF32MatchesTransformers) {
@@ -65,9 +88,7 @@ TEST_P(Parity, ConvertedF32MatchesTransformers) {
   ASSERT_TRUE(fs::exists(dir / "model.safetensors")) << dir;
   auto cfg = nlohmann::json::parse(std::ifstream(dir / "config.json"));
   const int64_t V = cfg["vocab_size"].get<int64_t>();
-  auto toks = nlohmann::json::parse(std::ifstream(dir / "tokens.json"))["tokens"].get<std::vector<int>>();
-  std::string tok_arg;
-  for (int t : toks) tok_arg += (tok_arg.empty() ? "" : ",") + std::to_string(t);
+  const std::string tok_arg = token_arg(dir);
 
   const fs::path work = fs::temp_directory_path() / (std::string("ds4_parity_") + GetParam());
   fs::create_directories(work);
@@ -76,30 +97,63 @@ TEST_P(Parity, ConvertedF32MatchesTransformers) {
                 " --type f32"),
             0);
 
-  const auto want_prefill = read_f32(dir / "logits.f32");
-  const auto want_decode = read_f32(dir / "logits_decode.f32");
-  ASSERT_EQ(want_prefill.size(), toks.size() * static_cast<size_t>(V));
+  const auto want = read_f32(dir / "logits.f32");
+  ASSERT_FALSE(want.empty());
+  ASSERT_EQ(want.size() % static_cast<size_t>(V), 0u);
   for (bool incremental : {false, true}) {
     const fs::path out = work / (incremental ? "inc.f32" : "prefill.f32");
     ASSERT_EQ(run(std::string(DS4_BIN) + " -m " + gguf.string() + " --tokens " + tok_arg + " --dump-logits " +
                   out.string() + " --act-quant-sim off" + (incremental ? " --incremental" : "")),
               0);
     const auto got = read_f32(out);
-    ASSERT_EQ(got.size(), want_prefill.size());
-    // Prefill vs transformers' prefill; incremental vs transformers' cached decode (and prefill).
-    Result r = compare(got, incremental ? want_decode : want_prefill, V);
-    Result r2 = compare(got, want_prefill, V);
-    std::printf("[parity] %s %s: max|dlogit| = %.3g (worst position %lld), vs HF prefill %.3g, argmax %s\n",
-                GetParam(), incremental ? "incremental vs HF decode" : "prefill vs HF prefill", r.max_abs,
-                static_cast<long long>(r.worst_pos), r2.max_abs, r.argmax_all ? "agrees everywhere" : "DIFFERS");
+    ASSERT_EQ(got.size(), want.size());
+    Result r = compare(got, want, V);
+    std::printf("[parity] %s %s: max|dlogit| = %.3g (worst position %lld), argmax %s\n", GetParam(),
+                incremental ? "incremental" : "prefill", r.max_abs, static_cast<long long>(r.worst_pos),
+                r.argmax_all ? "agrees everywhere" : "DIFFERS");
     EXPECT_LE(r.max_abs, 1e-3) << "worst position " << r.worst_pos;
-    EXPECT_LE(r2.max_abs, 1e-3);
     EXPECT_TRUE(r.argmax_all);
   }
   fs::remove_all(work);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Parity, ::testing::Values("swa_tiny", "mixed_small", "flash_geom"));
+
+TEST(QuantParity, FlashQ2FileMatchesTransformersOnDecodedWeights) {
+  const fs::path dir = fs::path(DS4_FIXTURES_DIR) / "deepseek4" / "quant_small";
+  const fs::path gguf = dir / "model-flash-q2.gguf";
+  ASSERT_TRUE(fs::exists(gguf)) << gguf;
+  const int64_t V = 256;
+  const auto want = read_f32(dir / "logits.f32");
+  ASSERT_EQ(want.size() % V, 0u);
+  const fs::path work = fs::temp_directory_path() / "ds4_parity_quant";
+  fs::create_directories(work);
+  std::vector<float> q8_prefill;
+  for (bool float_acts : {true, false})
+    for (bool incremental : {false, true}) {
+      const fs::path out = work / "out.f32";
+      ASSERT_EQ(run(std::string(DS4_BIN) + " -m " + gguf.string() + " --tokens " + token_arg(dir) + " --dump-logits " +
+                    out.string() + " --act-quant-sim off" + (float_acts ? " --float-acts" : "") +
+                    (incremental ? " --incremental" : "")),
+                0);
+      const auto got = read_f32(out);
+      ASSERT_EQ(got.size(), want.size());
+      Result r = compare(got, want, V);
+      std::printf("[parity] quant_small %s, %s: max|dlogit| = %.3g, mean %.3g\n",
+                  float_acts ? "f32 activations" : "Q8_0/Q8_K activations", incremental ? "incremental" : "prefill",
+                  r.max_abs, mean_abs_diff(got, want));
+      if (float_acts) {
+        EXPECT_LE(r.max_abs, 1e-3);
+        EXPECT_TRUE(r.argmax_all);
+      } else {
+        // Activation rounding only: small on average, never a different model.
+        EXPECT_LE(mean_abs_diff(got, want), 0.05);
+        if (incremental) EXPECT_LE(compare(got, q8_prefill, V).max_abs, 1e-4);  // same path both ways
+        else q8_prefill = got;
+      }
+    }
+  fs::remove_all(work);
+}
 
 TEST(Ds4Cli, ErrorsExitNonZeroWithMessage) {
   const fs::path work = fs::temp_directory_path() / "ds4_cli_err";

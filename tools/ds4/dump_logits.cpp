@@ -34,7 +34,9 @@ void run_dump_logits(const Ds4Options& opts) {
   auto t0 = clock::now();
   auto model = model::deepseek4::Model::load(opts.model_path, mo);
   ThreadPool pool(opts.threads);
-  auto be = compute::make_cpu_backend(&pool);
+  compute::CpuOptions co;
+  co.float_activations = opts.float_acts;
+  auto be = compute::make_cpu_backend(&pool, co);
   const auto& hp = model->hparams();
   if (opts.verbose) fmt::print(stderr, "{}\n", hp.describe());
 

@@ -44,6 +44,8 @@ int main(int argc, char** argv) {
   app.add_option("-t,--threads", opts.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--tokens", tokens_arg, "comma-separated token ids to evaluate");
   app.add_option("--dump-logits", opts.dump_logits_path, "write f32 logits [n_tokens][n_vocab] here");
+  app.add_flag("--float-acts", opts.float_acts,
+               "multiply quantized weights with f32 activations instead of Q8_0/Q8_K (debugging)");
   app.add_flag("--incremental", opts.incremental, "evaluate one token at a time through the session");
   app.add_flag("-v,--verbose", opts.verbose, "print model and timing information to stderr");
   try {

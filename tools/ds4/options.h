@@ -10,6 +10,7 @@ struct Ds4Options {
   std::string model_path;
   std::string backend = "cpu";
   bool act_quant_sim = true;
+  bool float_acts = false;  // debug: quantized weights x f32 activations
   int threads = 0;  // 0: all hardware threads
   bool verbose = false;
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "compute/numerics.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -15,7 +16,7 @@ namespace {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(ThreadPool* pool) : pool_(pool) {}
+  CpuBackend(ThreadPool* pool, CpuOptions opt) : pool_(pool), opt_(opt) {}
   const char* name() const override { return "cpu"; }
 
   void matmul(const Matrix& w, const float* x, int64_t rows, float* y) override;
@@ -26,7 +27,9 @@ class CpuBackend final : public Backend {
                       float* out) override;
   void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
                       int64_t n_keys, float* scores) override;
-  void hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) override;
+  void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+              float* comb) override;
+  void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) override;
   void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
                float* Xout) override;
   void swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) override;
@@ -38,7 +41,9 @@ class CpuBackend final : public Backend {
     if (pool_) pool_->parallel_for(n, grain, fn);
     else fn(0, n);
   }
+  void matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y);
   ThreadPool* pool_;
+  CpuOptions opt_;
   std::vector<uint8_t> act_buf_;
 };
 
@@ -47,6 +52,7 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y)
   // Activations go to the format the weight's dot product expects (Q8_0 / Q8_K for quantized
   // weights, as ggml and ds4 do; f32 rows are used as they are).
   const GgmlType at = quant::vec_dot_type(w.type);
+  if (opt_.float_activations && at != GgmlType::F32) return matmul_float_acts(w, x, rows, y);
   const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
   size_t abytes = static_cast<size_t>(w.n_in) * sizeof(float);
   if (at != GgmlType::F32) {
@@ -72,6 +78,17 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y)
         float* yr = y + r * w.n_out;
         for (int64_t o = o0; o < o1; ++o) yr[o] = quant::vec_dot(w.type, w.row(o), a, w.n_in);
       }
+    }
+  });
+}
+
+void CpuBackend::matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y) {
+  parallel(w.n_out, 1, [&](int64_t o0, int64_t o1) {
+    std::vector<float> wr(static_cast<size_t>(w.n_in));
+    for (int64_t o = o0; o < o1; ++o) {
+      quant::dequantize_row(w.type, w.row(o), wr.data(), w.n_in);
+      for (int64_t r = 0; r < rows; ++r)
+        y[r * w.n_out + o] = quant::vec_dot(GgmlType::F32, wr.data(), x + r * w.n_in, w.n_in);
     }
   });
 }
@@ -153,11 +170,44 @@ void CpuBackend::indexer_scores(const float* q, const float* w, int64_t n_heads,
   });
 }
 
-void CpuBackend::hc_weighted_sum(const float* X, const float* pre, int n_hc, int64_t n, float* x_in) {
-  for (int64_t i = 0; i < n; ++i) {
-    float acc = 0;
-    for (int s = 0; s < n_hc; ++s) acc += pre[s] * X[s * n + i];
-    x_in[i] = acc;
+void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+                        float* comb) {
+  const int hc = p.n_hc;
+  const int64_t width = hc * p.n;
+  const bool head = post == nullptr;
+  const int64_t n_mix = head ? hc : (2 + hc) * hc;
+  std::vector<float> pre(static_cast<size_t>(hc));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* Xr = X + r * width;
+    float* m = mix + r * n_mix;
+    // The RMS over all streams scales the mixes only; the streams are summed un-normalized.
+    double ss = 0;
+    for (int64_t i = 0; i < width; ++i) ss += static_cast<double>(Xr[i]) * Xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + p.rms_eps));
+    for (int64_t k = 0; k < n_mix; ++k) m[k] *= inv;
+    if (head) {
+      for (int i = 0; i < hc; ++i) pre[i] = 1.0f / (1.0f + std::exp(-(m[i] * p.scale[0] + p.base[i]))) + p.hc_eps;
+    } else {
+      hc_split_mix(m, p.scale, p.base, hc, p.sinkhorn_iters, p.hc_eps, pre.data(), post + r * hc, comb + r * hc * hc);
+    }
+    float* xo = x_in + r * p.n;
+    for (int64_t i = 0; i < p.n; ++i) {
+      float acc = 0;
+      for (int s = 0; s < hc; ++s) acc += pre[s] * Xr[s * p.n + i];
+      xo[i] = acc;
+    }
+  }
+}
+
+void CpuBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * row_len;
+    if (kind == ActRound::Fp8) {
+      fp8_e4m3_round_trip(xr, n_round);
+    } else {
+      hadamard_transform(xr, n_round);
+      fp4_e2m1_round_trip(xr, n_round);
+    }
   }
 }
 
@@ -206,6 +256,8 @@ void CpuBackend::softmax_pool(const float* const* values, const float* const* sc
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool) { return std::make_unique<CpuBackend>(pool); }
+std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool, CpuOptions opt) {
+  return std::make_unique<CpuBackend>(pool, opt);
+}
 
 }  // namespace ds4::compute

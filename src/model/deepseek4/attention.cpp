@@ -7,7 +7,6 @@
 #include <cstring>
 #include <numeric>
 
-#include "compute/numerics.h"
 #include "core/error.h"
 #include "model/deepseek4/forward.h"
 
@@ -50,12 +49,8 @@ void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, 
   be_.rms_norm(y.data(), cw.norm, D, 1, hp_.rms_eps, y.data());
   be_.rope_tail(y.data(), 1, D, m_.freqs_compressed_, pos + 1 - R, false);  // window start (trap 8)
   if (m_.opt_.act_quant_sim) {
-    if (is_indexer) {
-      compute::hadamard_transform(y.data(), D);
-      compute::fp4_e2m1_round_trip(y.data(), D);
-    } else {
-      compute::fp8_e4m3_round_trip(y.data(), D - hp_.n_rot);
-    }
+    if (is_indexer) be_.act_round(y.data(), 1, D, D, compute::ActRound::HadamardFp4);
+    else be_.act_round(y.data(), 1, D, D - hp_.n_rot, compute::ActRound::Fp8);
   }
   cs.rows.insert(cs.rows.end(), y.begin(), y.end());
   if (cs.lanes == 2) {
@@ -71,12 +66,7 @@ std::vector<int64_t> Forward::indexer_select(int64_t il, const float* q_idx, con
   const int64_t n_rows = S.index.n_rows();
   std::vector<float> q(q_idx, q_idx + nh * D);
   be_.rope_tail(q.data(), nh, D, m_.freqs_compressed_, pos, false);
-  if (m_.opt_.act_quant_sim) {
-    for (int64_t h = 0; h < nh; ++h) {
-      compute::hadamard_transform(q.data() + h * D, D);
-      compute::fp4_e2m1_round_trip(q.data() + h * D, D);
-    }
-  }
+  if (m_.opt_.act_quant_sim) be_.act_round(q.data(), nh, D, D, compute::ActRound::HadamardFp4);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D * nh)));
   std::vector<float> wh(static_cast<size_t>(nh));
   for (int64_t h = 0; h < nh; ++h) wh[h] = w_idx[h] * scale;
@@ -138,7 +128,7 @@ void Forward::attention_layer(int64_t il, const std::vector<float>& X, std::vect
     float* kvt = kv.data() + t * hd;
     be_.rope_tail(qt, nh, hd, freqs, p, false);
     be_.rope_tail(kvt, 1, hd, freqs, p, false);
-    if (sim) compute::fp8_e4m3_round_trip(kvt, hd - hp_.n_rot);
+    if (sim) be_.act_round(kvt, 1, hd, hd - hp_.n_rot, compute::ActRound::Fp8);
     std::memcpy(S.raw.data() + (p % win) * hd, kvt, static_cast<size_t>(hd) * sizeof(float));
 
     if (L.has_compressor)

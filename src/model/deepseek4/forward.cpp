@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "compute/numerics.h"
 #include "core/error.h"
 #include "core/fp16.h"
 #include "quant/quant.h"
@@ -32,14 +31,6 @@ void decode_row(const compute::Matrix& m, int64_t r, float* out) {
   }
 }
 
-float inv_rms(const float* x, int64_t n, float eps) {
-  double ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
-}
-
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
-
 }  // namespace
 
 void row_as_f32(const compute::Matrix& m, int64_t r, float* out) { decode_row(m, r, out); }
@@ -57,25 +48,18 @@ void Forward::embed(std::vector<float>& X) {
 HcMix Forward::hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const std::vector<float>& X) {
   const int64_t d = hp_.n_embd;
   const int hc = hp_.n_hc;
-  const int64_t n_mix = fn.n_out;
-  std::vector<float> mix(static_cast<size_t>(n_ * n_mix));
+  std::vector<float> mix(static_cast<size_t>(n_ * fn.n_out));
   be_.matmul(fn, X.data(), n_, mix.data());
   HcMix out;
   out.x_in.resize(static_cast<size_t>(n_ * d));
   out.post.resize(static_cast<size_t>(n_ * hc));
   out.comb.resize(static_cast<size_t>(n_ * hc * hc));
-  std::vector<float> pre(static_cast<size_t>(hc));
-  for (int64_t t = 0; t < n_; ++t) {
-    const float* Xt = X.data() + t * hc * d;
-    float* mt = mix.data() + t * n_mix;
-    // The RMS of all streams scales the mixes only; the streams are summed un-normalized.
-    const float r = inv_rms(Xt, hc * d, hp_.rms_eps);
-    for (int64_t k = 0; k < n_mix; ++k) mt[k] *= r;
-    compute::hc_split_mix(mt, scale, base, hc, hp_.sinkhorn_iters, hp_.hc_eps, pre.data(), out.post.data() + t * hc,
-                          out.comb.data() + t * hc * hc);
-    be_.hc_weighted_sum(Xt, pre.data(), hc, d, out.x_in.data() + t * d);
-  }
+  be_.hc_pre(X.data(), mix.data(), n_, hc_params(scale, base), out.x_in.data(), out.post.data(), out.comb.data());
   return out;
+}
+
+compute::HcParams Forward::hc_params(const float* scale, const float* base) const {
+  return {hp_.n_hc, hp_.n_embd, scale, base, hp_.sinkhorn_iters, hp_.hc_eps, hp_.rms_eps};
 }
 
 void Forward::hc_post(const HcMix& mix, const std::vector<float>& y, const std::vector<float>& X,
@@ -96,14 +80,7 @@ void Forward::head(const std::vector<float>& X, int64_t first_row, float* logits
   std::vector<float> mix(static_cast<size_t>(rows * hc));
   be_.matmul(w_.output_hc_fn, Xr, rows, mix.data());
   std::vector<float> h(static_cast<size_t>(rows * d));
-  std::vector<float> pre(static_cast<size_t>(hc));
-  for (int64_t t = 0; t < rows; ++t) {
-    const float* Xt = Xr + t * hc * d;
-    const float r = inv_rms(Xt, hc * d, hp_.rms_eps);
-    for (int i = 0; i < hc; ++i)
-      pre[i] = sigmoid(mix[t * hc + i] * r * w_.output_hc_scale[0] + w_.output_hc_base[i]) + hp_.hc_eps;
-    be_.hc_weighted_sum(Xt, pre.data(), hc, d, h.data() + t * d);
-  }
+  be_.hc_pre(Xr, mix.data(), rows, hc_params(w_.output_hc_scale, w_.output_hc_base), h.data(), nullptr, nullptr);
   be_.rms_norm(h.data(), w_.output_norm, d, rows, hp_.rms_eps, h.data());
   be_.matmul(w_.output, h.data(), rows, logits);
 }

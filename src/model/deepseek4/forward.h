@@ -32,6 +32,7 @@ class Forward {
  private:
   void embed(std::vector<float>& X);
   HcMix hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const std::vector<float>& X);
+  compute::HcParams hc_params(const float* scale, const float* base) const;
   void hc_post(const HcMix& mix, const std::vector<float>& y, const std::vector<float>& X, std::vector<float>& Xout);
   void head(const std::vector<float>& X, int64_t first_row, float* logits);
 
