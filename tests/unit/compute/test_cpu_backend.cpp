@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "compute/numerics.h"
 #include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -199,5 +200,54 @@ TEST_F(CpuBackend, IndexerScoresReluBeforeHeadWeights) {
       want += w[h] * std::max(0.0, d);
     }
     EXPECT_NEAR(s[c], want, 1e-5);
+  }
+}
+
+TEST_F(CpuBackend, HcPreScalesMixesByStreamRmsAndSumsRawStreams) {
+  const int hc = 4;
+  const int64_t n = 8, rows = 2;
+  auto X = randn(rows * hc * n, 14);
+  auto mix0 = randn(rows * 24, 15);
+  auto base = randn(24, 16);
+  const float scale[3] = {0.5f, 1.5f, 0.8f};
+  HcParams p{hc, n, scale, base.data(), 20, 1e-6f, 1e-6f};
+  auto mix = mix0;
+  std::vector<float> x_in(rows * n), post(rows * hc), comb(rows * hc * hc);
+  be->hc_pre(X.data(), mix.data(), rows, p, x_in.data(), post.data(), comb.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < hc * n; ++i) ss += X[r * hc * n + i] * X[r * hc * n + i];
+    const double inv = 1 / std::sqrt(ss / (hc * n) + 1e-6);
+    // Expected split from the (independently tested) numerics on the RMS-scaled mixes.
+    std::vector<float> m(24);
+    for (int k = 0; k < 24; ++k) m[k] = static_cast<float>(mix0[r * 24 + k] * inv);
+    float pre[4], post_w[4], comb_w[16];
+    hc_split_mix(m.data(), scale, base.data(), hc, 20, 1e-6f, pre, post_w, comb_w);
+    for (int i = 0; i < hc; ++i) EXPECT_NEAR(post[r * hc + i], post_w[i], 1e-5);
+    for (int i = 0; i < 16; ++i) EXPECT_NEAR(comb[r * 16 + i], comb_w[i], 1e-5);
+    for (int64_t d = 0; d < n; ++d) {
+      double want = 0;  // un-normalized streams
+      for (int s = 0; s < hc; ++s) want += pre[s] * X[r * hc * n + s * n + d];
+      EXPECT_NEAR(x_in[r * n + d], want, 1e-5);
+    }
+  }
+  // Head mode: n_hc mixes, pre only, sigma(m*scale0 + base) + eps.
+  std::vector<float> hmix(rows * hc);
+  for (size_t i = 0; i < hmix.size(); ++i) hmix[i] = mix0[i];
+  auto hm = hmix;
+  std::vector<float> h(rows * n);
+  be->hc_pre(X.data(), hm.data(), rows, p, h.data(), nullptr, nullptr);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < hc * n; ++i) ss += X[r * hc * n + i] * X[r * hc * n + i];
+    const double inv = 1 / std::sqrt(ss / (hc * n) + 1e-6);
+    for (int64_t d = 0; d < n; ++d) {
+      double want = 0;
+      for (int s = 0; s < hc; ++s) {
+        double pre = 1 / (1 + std::exp(-(hmix[r * hc + s] * inv * scale[0] + base[s]))) + 1e-6;
+        want += pre * X[r * hc * n + s * n + d];
+      }
+      EXPECT_NEAR(h[r * n + d], want, 1e-5);
+    }
   }
 }
