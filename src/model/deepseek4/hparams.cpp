@@ -67,9 +67,14 @@ HParams HParams::from_gguf(const gguf::File& f) {
   h.n_expert_used = r.req_int("expert_used_count");
   h.expert_ff = r.req_int("expert_feed_forward_length");
   h.n_expert_shared = r.opt_int("expert_shared_count", 1);
-  h.n_hash_layers = r.opt_int("hash_layer_count", 0);
+  // Without the key, the hash-routed layers are the leading layers that carry a tid2eid table.
+  if (auto v = f.get_int(key("hash_layer_count"))) {
+    h.n_hash_layers = *v;
+  } else {
+    while (f.find_tensor(fmt::format("blk.{}.ffn_gate_tid2eid.weight", h.n_hash_layers))) ++h.n_hash_layers;
+  }
   h.expert_weights_norm = f.get_bool(key("expert_weights_norm")).value_or(true);
-  h.expert_weights_scale = static_cast<float>(r.opt_float("expert_weights_scale", 1.0));
+  h.expert_weights_scale = static_cast<float>(r.opt_float("expert_weights_scale", 1.5));  // Flash value
   h.n_hc = static_cast<int>(r.req_int("hyper_connection.count"));
   h.sinkhorn_iters = static_cast<int>(r.req_int("hyper_connection.sinkhorn_iterations"));
   h.hc_eps = static_cast<float>(r.opt_float("hyper_connection.epsilon", 1e-6));
@@ -143,8 +148,14 @@ HParams HParams::from_gguf(const gguf::File& f) {
   h.rope_swa.n_rot = h.n_rot;
   h.rope_swa.freq_base = r.opt_float("rope.freq_base", 10000.0);
   h.rope_compressed.n_rot = h.n_rot;
-  h.rope_compressed.freq_base = r.opt_float("attention.compress_rope_freq_base", h.rope_swa.freq_base);
+  h.rope_compressed.freq_base = r.opt_float("attention.compress_rope_freq_base", 160000.0);  // Flash value
+  // YaRN only when the file asks for it: a file without scaling keys (a toy model without
+  // rope_scaling) gets plain RoPE on its compressed layers too.
   h.rope_compressed.yarn_factor = r.opt_float("rope.scaling.factor", 1.0);
+  if (auto type = f.get_string(key("rope.scaling.type"));
+      type && *type != "yarn" && *type != "none" && h.rope_compressed.yarn_factor > 1.0)
+    fail("{}: {} = '{}' is not supported (only yarn)", f.path(), key("rope.scaling.type"), *type);
+  if (auto type = f.get_string(key("rope.scaling.type")); type && *type == "none") h.rope_compressed.yarn_factor = 1.0;
   h.rope_compressed.yarn_orig_ctx = static_cast<double>(r.opt_int("rope.scaling.original_context_length", 0));
   h.rope_compressed.yarn_beta_fast = r.opt_float("rope.scaling.yarn_beta_fast", 32.0);
   h.rope_compressed.yarn_beta_slow = r.opt_float("rope.scaling.yarn_beta_slow", 1.0);

@@ -156,6 +156,9 @@ Weights Weights::bind(const gguf::File& f, HParams& hp) {
     L.ffn_norm = b.vec(n("ffn_norm.weight"), d);
     L.router = b.matrix(n("ffn_gate_inp.weight"), d, hp.n_expert);
     L.router_bias = b.vec(n("exp_probs_b.bias"), hp.n_expert, false);
+    if (!hp.is_hash_layer(il) && f.find_tensor(n("ffn_gate_tid2eid.weight")))
+      fail("{}: tensor {} is present but layer {} is not hash-routed (hash_layer_count = {})", f.path(),
+           n("ffn_gate_tid2eid.weight"), il, hp.n_hash_layers);
     if (hp.is_hash_layer(il)) {
       const auto* t = b.find(n("ffn_gate_tid2eid.weight"), true);
       b.check_shape(*t, {static_cast<uint64_t>(hp.n_expert_used), static_cast<uint64_t>(hp.n_vocab)});

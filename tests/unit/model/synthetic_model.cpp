@@ -174,7 +174,7 @@ void write_synthetic_model(const std::string& path, const SynthConfig& c) {
   kv(A + "expert_used_count", u32(c.n_expert_used));
   kv(A + "expert_feed_forward_length", u32(c.expert_ff));
   kv(A + "expert_shared_count", u32(c.n_expert_shared));
-  kv(A + "hash_layer_count", u32(c.n_hash_layers));
+  kv(A + "hash_layer_count", u32(c.hash_layer_key >= 0 ? c.hash_layer_key : c.n_hash_layers));
   kv(A + "expert_weights_norm", Value::boolean(true));
   kv(A + "expert_weights_scale", Value::f32(1.5f));
   kv(A + "expert_gating_func", u32(c.gating_func));

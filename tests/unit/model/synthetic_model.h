@@ -46,7 +46,8 @@ struct SynthConfig {
   // Test hooks for error paths: drop a tensor or key, or override a tensor's type/shape.
   std::string drop_tensor;
   std::string drop_key;
-  std::vector<int64_t> ratios_key;  // non-empty: written as compress_ratios instead
+  std::vector<int64_t> ratios_key;
+  int64_t hash_layer_key = -1;  // >= 0: written as hash_layer_count instead of n_hash_layers  // non-empty: written as compress_ratios instead
   std::map<std::string, std::vector<uint64_t>> shape_override;
   std::map<std::string, GgmlType> type_override;
   std::function<void(const std::string& name, std::vector<int32_t>& data)> edit_i32;

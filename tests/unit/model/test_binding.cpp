@@ -95,6 +95,21 @@ TEST(Binding, OtherGatingFunctionRefused) {
   EXPECT_THAT(load_error(d, "gating"), HasSubstr("deepseek4.expert_gating_func = 2, expected 4 (sqrtsoftplus)"));
 }
 
+TEST(Binding, HashLayerCountFromKeyOrTables) {
+  SynthConfig c;
+  c.n_hash_layers = 2;
+  c.drop_key = "deepseek4.hash_layer_count";  // inferred from the leading tid2eid tables
+  std::string p = "/tmp/ds4_model_hash_infer.gguf";
+  ds4::test::write_synthetic_model(p, c);
+  EXPECT_EQ(Model::load(p)->hparams().n_hash_layers, 2);
+  std::filesystem::remove(p);
+  // A table on a layer the key says is not hash-routed is an inconsistent file.
+  c.drop_key = "";
+  c.hash_layer_key = 1;
+  EXPECT_THAT(load_error(c, "hash_extra"),
+              HasSubstr("tensor blk.1.ffn_gate_tid2eid.weight is present but layer 1 is not hash-routed"));
+}
+
 TEST(Binding, ShortCompressRatiosRefused) {
   SynthConfig c;
   c.ratios_key = {0, 4, 8};  // 3 entries for 4 layers
