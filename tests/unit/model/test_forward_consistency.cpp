@@ -157,3 +157,46 @@ TEST(ForwardConsistency, SimulationRoundsStoredRows) {
   }
   std::filesystem::remove(p);
 }
+
+TEST(ActQuantSim, AppliedAtTheSpecifiedPlaces) {
+  // Layer 0's inputs depend on the token embeddings only, so its cached rows with the
+  // simulation on must equal the simulation applied to its rows with it off: FP8 on the
+  // non-RoPE dims of raw KV rows (after norm and RoPE) and of compressed attention rows,
+  // Hadamard then FP4 on whole indexer rows (spec §5.2-5.4, §6.4-6.5).
+  SynthConfig c;
+  c.compress_ratios = {4, 0, 8, 4};
+  std::string p = tmp_path("simplace");
+  ds4::test::write_synthetic_model(p, c);
+  auto be = compute::make_cpu_backend(nullptr);
+  auto toks = random_tokens(20, c.n_vocab, 9);
+  State st[2];
+  for (int sim = 0; sim < 2; ++sim) {
+    Options o;
+    o.act_quant_sim = sim == 1;
+    auto m = Model::load(p, o);
+    st[sim] = m->new_state();
+    m->eval(*be, st[sim], toks, nullptr);
+  }
+  const LayerState& off = st[0].layers[0];
+  const LayerState& on = st[1].layers[0];
+  const int64_t hd = c.head_dim, nope = hd - c.n_rot;
+  auto check = [&](const std::vector<float>& a_off, const std::vector<float>& a_on, int64_t width, bool fp8) {
+    ASSERT_EQ(a_off.size(), a_on.size());
+    ASSERT_FALSE(a_off.empty());
+    for (size_t r = 0; r < a_off.size() / width; ++r) {
+      std::vector<float> want(a_off.begin() + r * width, a_off.begin() + (r + 1) * width);
+      if (fp8) {
+        compute::fp8_e4m3_round_trip(want.data(), nope);
+      } else {
+        compute::hadamard_transform(want.data(), width);
+        compute::fp4_e2m1_round_trip(want.data(), width);
+      }
+      for (int64_t i = 0; i < width; ++i)
+        ASSERT_NEAR(a_on[r * width + i], want[i], 1e-6f * std::max(1.0f, std::fabs(want[i]))) << "row " << r << " dim " << i;
+    }
+  };
+  check(off.raw, on.raw, hd, true);
+  check(off.attn.rows, on.attn.rows, hd, true);
+  check(off.index.rows, on.index.rows, c.indexer_head_dim, false);
+  std::filesystem::remove(p);
+}
