@@ -26,7 +26,8 @@
 // A +inf logit, or a row with no finite logit, throws ds4::Error: both mean the model output is
 // garbage and there is no distribution to sample.
 //
-// Numerics: weights are float, from the library's own exp (relative error < 3e-7, no libm);
+// Numerics: weights are float, exp((l_i - l_max) * (1/T)) from the library's own exp (relative
+// error < 3e-7, no libm);
 // a weight below 2^-126 (l_i < l_max - 87 T, probability under 1e-37 of the top token's) counts
 // as 0 and is never drawn. Sums (Z, prefix masses, the draw) are taken in double.
 //
@@ -136,7 +137,7 @@ class Sampler {
 
  private:
   void collect_at_least(std::span<const float> row, float threshold, const float* weights, float weight_floor);
-  int32_t draw_from_row(std::span<const float> row, float max_logit, float temperature, int32_t fallback);
+  int32_t draw_from_row(std::span<const float> row, float max_logit, float inv_t, int32_t fallback);
 
   SamplerConfig config_;
   Rng rng_;

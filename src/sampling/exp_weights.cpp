@@ -4,9 +4,9 @@
 
 namespace ds4::sampling {
 
-DS4_SAMPLING_CLONES void exp_weights(const float* __restrict row, size_t n, float max_logit, float temperature,
-                 float* __restrict out) {
-  for (size_t i = 0; i < n; ++i) out[i] = softmax_weight(row[i], max_logit, temperature);
+DS4_SAMPLING_CLONES void exp_weights(const float* __restrict row, size_t n, float max_logit, float inv_t,
+                                     float* __restrict out) {
+  for (size_t i = 0; i < n; ++i) out[i] = softmax_weight(row[i], max_logit, inv_t);
 }
 
 }  // namespace ds4::sampling

@@ -41,15 +41,16 @@ inline float exp_nonpositive(float x) {
   return live ? p * scale : 0.0f;
 }
 
-// The softmax weight of one logit. Divides (rather than multiplying by 1/T) so that a
-// subnormal T cannot turn the top token's 0 * inf into NaN.
-inline float softmax_weight(float logit, float max_logit, float temperature) {
-  return exp_nonpositive((logit - max_logit) / temperature);
+// The softmax weight of one logit, exp((logit - max_logit) / T), computed as a product with
+// inv_t = 1/T (a division per entry would double the cost of the whole-row pass). The top
+// logit is special-cased to exactly 1 so a subnormal T (inv_t = inf) cannot give 0 * inf = NaN.
+inline float softmax_weight(float logit, float max_logit, float inv_t) {
+  const float d = logit - max_logit;
+  return exp_nonpositive(d == 0.0f ? 0.0f : d * inv_t);
 }
 
-// out[i] = softmax_weight(row[i], max_logit, temperature) for a whole row (vectorized).
-void exp_weights(const float* __restrict row, size_t n, float max_logit, float temperature,
-                 float* __restrict out);
+// out[i] = softmax_weight(row[i], max_logit, inv_t) for a whole row (vectorized).
+void exp_weights(const float* __restrict row, size_t n, float max_logit, float inv_t, float* __restrict out);
 
 // Sum of w[0..n) in double, accumulated in 8 interleaved lanes (lane j takes i % 8 == j) and
 // then lane 0..7 in order: a fixed order, so the same on every platform, and vectorizable.

@@ -82,13 +82,13 @@ void Sampler::collect_at_least(std::span<const float> row, float threshold, cons
   }
 }
 
-int32_t Sampler::draw_from_row(std::span<const float> row, float max_logit, float temperature,
+int32_t Sampler::draw_from_row(std::span<const float> row, float max_logit, float inv_t,
                                int32_t fallback) {
   // Whole-row weights walked in id order, block by block: block sums locate the block, a
   // sequential walk inside it finds the token.
   constexpr size_t kBlock = 4096;
   weights_.resize(row.size());
-  sampling::exp_weights(row.data(), row.size(), max_logit, temperature, weights_.data());
+  sampling::exp_weights(row.data(), row.size(), max_logit, inv_t, weights_.data());
   block_sums_.clear();
   double total = 0.0;
   for (size_t off = 0; off < row.size(); off += kBlock) {
@@ -136,11 +136,12 @@ int32_t Sampler::sample(std::span<const float> logits, const SampleOptions& opti
   const bool top_k_on = config_.top_k > 0 && config_.top_k < stats.n_finite;
   const bool top_p_on = config_.top_p < 1.0f;
   const bool min_p_on = threshold > kNegInf;
-  auto weigh = [&](Candidate& c) { c.weight = sampling::softmax_weight(c.logit, max_logit, temperature); };
+  const float inv_t = 1.0f / temperature;  // +inf for a subnormal T; softmax_weight copes
+  auto weigh = [&](Candidate& c) { c.weight = sampling::softmax_weight(c.logit, max_logit, inv_t); };
 
   kept_.clear();
   bool id_ordered = true;  // kept_ already in ascending id order?
-  if (!top_k_on && !top_p_on && !min_p_on) return draw_from_row(row, max_logit, temperature, stats.argmax);
+  if (!top_k_on && !top_p_on && !min_p_on) return draw_from_row(row, max_logit, inv_t, stats.argmax);
 
   if (!top_p_on) {
     if (top_k_on && !min_p_on) {
@@ -173,7 +174,7 @@ int32_t Sampler::sample(std::span<const float> logits, const SampleOptions& opti
       }
     } else {
       weights_.resize(row.size());
-      sampling::exp_weights(row.data(), row.size(), max_logit, temperature, weights_.data());
+      sampling::exp_weights(row.data(), row.size(), max_logit, inv_t, weights_.data());
       z = sampling::sum_weights(weights_.data(), weights_.size());
       // Materialize only tokens that can be in the nucleus: lower a weight floor 4x at a time
       // until the mass above it covers the target (one vectorized pass per probe; a peaked

@@ -56,11 +56,14 @@ TEST(ExpWeights, RowLoopMatchesScalarBitForBit) {
   for (size_t i = 0; i < row.size(); ++i) row[i] = std::sin(static_cast<float>(i) * 0.37f) * 40.0f;
   row[3] = -std::numeric_limits<float>::infinity();
   row[4] = std::numeric_limits<float>::quiet_NaN();
-  for (const float t : {1.0f, 0.3f, 7.5f, 1e-30f}) {
+  row[5] = 40.0f;  // the top logit itself
+  for (const float t : {1.0f, 0.3f, 7.5f, 1e-30f, 1e-45f /* subnormal: 1/T = inf */}) {
+    const float inv_t = 1.0f / t;
     std::vector<float> out(row.size());
-    ds4::sampling::exp_weights(row.data(), row.size(), 40.0f, t, out.data());
+    ds4::sampling::exp_weights(row.data(), row.size(), 40.0f, inv_t, out.data());
+    EXPECT_EQ(out[5], 1.0f) << "T=" << t;
     for (size_t i = 0; i < row.size(); ++i) {
-      const float scalar = ds4::sampling::softmax_weight(row[i], 40.0f, t);
+      const float scalar = ds4::sampling::softmax_weight(row[i], 40.0f, inv_t);
       ASSERT_EQ(std::memcmp(&out[i], &scalar, sizeof(float)), 0) << "i=" << i << " T=" << t;
     }
   }
