@@ -26,10 +26,10 @@
 // A +inf logit, or a row with no finite logit, throws ds4::Error: both mean the model output is
 // garbage and there is no distribution to sample.
 //
-// Numerics: weights are float, exp((l_i - l_max) * (1/T)) from the library's own exp (relative
-// error < 3e-7, no libm);
-// a weight below 2^-126 (l_i < l_max - 87 T, probability under 1e-37 of the top token's) counts
-// as 0 and is never drawn. Sums (Z, prefix masses, the draw) are taken in double.
+// Numerics: weights are float, exp((l_i - l_max) * (1/T)) with the library's own exp (relative
+// error < 3e-7, no libm). A weight below 2^-126 (l_i < l_max - 87 T, under 1e-37 of the top
+// token's probability) counts as 0 and is never drawn. Sums (Z, prefix masses, the draw) are
+// taken in double.
 //
 // Determinism: the RNG is SplitMix64 (Steele, Lea, Flood 2014) with a documented uniform
 // derivation, so the stream of uniforms is bit-identical on every platform; the weights and sums
