@@ -67,7 +67,7 @@ Agreement run(ds4::convert::Recipe recipe) {
 
 }  // namespace
 
-TEST(LlamaCrossCheck, F32FlashGeomMatchesTransformers) {
+TEST(ConvertLlamaCrossCheck, F32FlashGeomMatchesTransformers) {
   auto r = run(ds4::convert::Recipe::F32);
   RecordProperty("max_abs_diff", std::to_string(r.max_diff));
   EXPECT_LT(r.max_diff, 0.05);

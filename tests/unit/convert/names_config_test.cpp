@@ -19,7 +19,7 @@ namespace {
 std::string g(const char* hf) { return map_hf_name(hf).gguf; }
 }  // namespace
 
-TEST(HfNames, OfficialCheckpointNames) {
+TEST(ConvertNames, OfficialCheckpointNames) {
   EXPECT_EQ(g("embed.weight"), "token_embd.weight");
   EXPECT_EQ(g("head.weight"), "output.weight");
   EXPECT_EQ(g("norm.weight"), "output_norm.weight");
@@ -63,7 +63,7 @@ TEST(HfNames, OfficialCheckpointNames) {
   EXPECT_EQ(g("layers.9.ffn.experts.0.w2.weight"), "blk.9.ffn_down_exps.weight");
 }
 
-TEST(HfNames, SavePretrainedAndModuleNames) {
+TEST(ConvertNames, SavePretrainedAndModuleNames) {
   // transformers 5.17 save_pretrained output (see tests/fixtures/deepseek4/README.md).
   EXPECT_EQ(g("model.embed_tokens.weight"), "token_embd.weight");
   EXPECT_EQ(g("model.hc_head.hc_fn"), "output_hc_fn.weight");
@@ -85,7 +85,7 @@ TEST(HfNames, SavePretrainedAndModuleNames) {
   EXPECT_EQ(map_hf_name("mtp.0.enorm.weight").kind, Kind::Ignored);
 }
 
-TEST(HfNames, RejectsForeignAndQuantizedNames) {
+TEST(ConvertNames, RejectsForeignAndQuantizedNames) {
   EXPECT_THROW(map_hf_name("model.layers.0.mlp.up_proj.weight"), ds4::Error);
   EXPECT_THROW(map_hf_name("transformer.h.0.attn.weight"), ds4::Error);
   EXPECT_THROW(map_hf_name("layers.x.attn.wq_a.weight"), ds4::Error);
@@ -114,7 +114,7 @@ static const char* kFlashConfig = R"({
   "bos_token_id": 0, "eos_token_id": 1, "tie_word_embeddings": false
 })";
 
-TEST(HfConfig, OfficialFlashConfigGivesTheFlashShape) {
+TEST(ConvertConfig, OfficialFlashConfigGivesTheFlashShape) {
   auto s = ds4::convert::parse_hf_config(nlohmann::json::parse(kFlashConfig), "config.json");
   auto f = ds4::convert::flash_shape(43);
   EXPECT_EQ(s.n_layers, 43u);
@@ -137,7 +137,7 @@ TEST(HfConfig, OfficialFlashConfigGivesTheFlashShape) {
   EXPECT_EQ(*s.eos_id, 1u);
 }
 
-TEST(HfConfig, SavePretrainedFixtureConfig) {
+TEST(ConvertConfig, SavePretrainedFixtureConfig) {
   auto s = ds4::convert::read_hf_config(std::string(DS4_FIXTURES_DIR) + "/deepseek4/flash_geom/config.json");
   EXPECT_EQ(s.n_layers, 3u);
   EXPECT_EQ(s.compress_ratios, (std::vector<uint32_t>{0, 4, 128}));
@@ -154,7 +154,7 @@ TEST(HfConfig, SavePretrainedFixtureConfig) {
   EXPECT_EQ(t.n_hash_layers, 1u);
 }
 
-TEST(HfConfig, RejectsWhatTheLayoutCannotExpress) {
+TEST(ConvertConfig, RejectsWhatTheLayoutCannotExpress) {
   auto base = nlohmann::json::parse(kFlashConfig);
   auto expect_bad = [&](nlohmann::json j, const std::string& needle) {
     try {
@@ -189,7 +189,7 @@ TEST(HfConfig, RejectsWhatTheLayoutCannotExpress) {
   expect_bad(j, "not supported");
 }
 
-TEST(GgufLayout, RecipesChooseSpecTypes) {
+TEST(ConvertLayout, RecipesChooseSpecTypes) {
   auto s = ds4::convert::flash_shape(4);
   auto plan = ds4::convert::plan_tensors(s, ds4::convert::Recipe::FlashQ2);
   auto type_of = [&](const std::string& n) {

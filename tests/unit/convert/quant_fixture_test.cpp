@@ -29,7 +29,7 @@ std::vector<char> slurp(const std::string& p) {
 }
 }  // namespace
 
-TEST(QuantFixture, TypesFollowTheFlashQ2Recipe) {
+TEST(ConvertQuantFixture, TypesFollowTheFlashQ2Recipe) {
   auto f = ds4::gguf::File::open(kGguf);
   EXPECT_EQ(f.find_tensor("blk.2.ffn_gate_exps.weight")->type, GgmlType::IQ2_XXS);
   EXPECT_EQ(f.find_tensor("blk.2.ffn_up_exps.weight")->type, GgmlType::IQ2_XXS);
@@ -47,7 +47,7 @@ TEST(QuantFixture, TypesFollowTheFlashQ2Recipe) {
   EXPECT_EQ(g.n_tensors(), static_cast<int64_t>(f.tensors().size()));
 }
 
-TEST(QuantFixture, ConverterReproducesTheCommittedFile) {
+TEST(ConvertQuantFixture, ConverterReproducesTheCommittedFile) {
   if (std::system("python3 -c 'import json, struct, random' > /dev/null 2>&1") != 0)
     GTEST_SKIP() << "python3 not available to regenerate the checkpoint";
   fs::path dir = fs::temp_directory_path() / ("ds4_quant_small_" + std::to_string(::getpid()));

@@ -261,9 +261,9 @@ void check_with_ggml(const std::string& gguf_path) {
   EXPECT_EQ(g.arr_n("tokenizer.ggml.tokens"), g.u32("deepseek4.vocab_size"));
 }
 
-class RoundTrip : public ::testing::TestWithParam<const char*> {};
+class ConvertRoundTrip : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(RoundTrip, F32ConversionIsExact) {
+TEST_P(ConvertRoundTrip, F32ConversionIsExact) {
   const std::string name = GetParam();
   const std::string out = (temp_dir() / (name + "_f32.gguf")).string();
   ds4::convert::ConvertOptions o;
@@ -279,7 +279,7 @@ TEST_P(RoundTrip, F32ConversionIsExact) {
   fs::remove(out);
 }
 
-TEST_P(RoundTrip, Q8_0ConversionWithinQuantizationError) {
+TEST_P(ConvertRoundTrip, Q8_0ConversionWithinQuantizationError) {
   const std::string name = GetParam();
   const std::string out = (temp_dir() / (name + "_q8.gguf")).string();
   ds4::convert::ConvertOptions o;
@@ -302,7 +302,7 @@ TEST_P(RoundTrip, Q8_0ConversionWithinQuantizationError) {
   fs::remove(out);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, RoundTrip, ::testing::Values("swa_tiny", "mixed_small", "flash_geom"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, ConvertRoundTrip, ::testing::Values("swa_tiny", "mixed_small", "flash_geom"));
 
 TEST(ConvertHf, FlashGeomMetadata) {
   const std::string out = (temp_dir() / "fg_meta.gguf").string();

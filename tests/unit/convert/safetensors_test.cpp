@@ -43,7 +43,7 @@ void expect_error(const std::vector<uint8_t>& img, const std::string& needle) {
 
 }  // namespace
 
-TEST(Safetensors, ParsesTensorsMetadataAndValues) {
+TEST(ConvertSafetensors, ParsesTensorsMetadataAndValues) {
   // a: F32 [2,2]; b: BF16 [2] = {1.0, -2.0} (0x3F80, 0xC000); c: F16 [1] = 0.5 (0x3800); d: I64 [1] = 7
   std::vector<uint8_t> data = floats({1.5f, -2.25f, 3.0f, 0.125f});
   for (uint8_t x : {0x80, 0x3F, 0x00, 0xC0, 0x00, 0x38}) data.push_back(x);
@@ -69,7 +69,7 @@ TEST(Safetensors, ParsesTensorsMetadataAndValues) {
   EXPECT_THROW(ds4::convert::to_f32(*f.find("d")), ds4::Error);  // int tensor read as floats
 }
 
-TEST(Safetensors, RejectsMalformedImages) {
+TEST(ConvertSafetensors, RejectsMalformedImages) {
   const auto d16 = floats({1, 2, 3, 4});
   const std::string ok_entry = R"("a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]})";
   expect_error({1, 2, 3}, "too short");
@@ -107,11 +107,11 @@ TEST(Safetensors, RejectsMalformedImages) {
   expect_error(image(R"({"__metadata__":{"k":1},)" + ok_entry + "}", d16), "__metadata__.k");
 }
 
-TEST(Safetensors, OpenReportsMissingFile) {
+TEST(ConvertSafetensors, OpenReportsMissingFile) {
   EXPECT_THROW(SafetensorsFile::open("/nonexistent/model.safetensors"), ds4::Error);
 }
 
-TEST(Safetensors, ReadsCommittedFixture) {
+TEST(ConvertSafetensors, ReadsCommittedFixture) {
   auto f = SafetensorsFile::open(std::string(DS4_FIXTURES_DIR) + "/deepseek4/swa_tiny/model.safetensors");
   const auto* t = f.find("model.layers.0.ffn.gate.tid2eid");
   ASSERT_NE(t, nullptr);

@@ -104,7 +104,7 @@ void check_table(const std::string& path, const std::map<std::string, Expect>& w
 
 }  // namespace
 
-TEST(Synth, SparseFlashQ2With43LayersMatchesTheSpecTable) {
+TEST(ConvertSynth, SparseFlashQ2With43LayersMatchesTheSpecTable) {
   const std::string out = temp_path("flash_q2_43.gguf");
   ds4::convert::SynthOptions o;
   o.out_path = out;
@@ -154,7 +154,7 @@ TEST(Synth, SparseFlashQ2With43LayersMatchesTheSpecTable) {
   std::filesystem::remove(out);
 }
 
-TEST(Synth, Q4PresetUsesQ4KExperts) {
+TEST(ConvertSynth, Q4PresetUsesQ4KExperts) {
   const std::string out = temp_path("flash_q4_5.gguf");
   ds4::convert::SynthOptions o;
   o.out_path = out;

@@ -13,7 +13,7 @@ std::string tokenizer_json() {
 }
 }  // namespace
 
-TEST(Vocab, FromDeepSeekTokenizerJson) {
+TEST(ConvertVocab, FromDeepSeekTokenizerJson) {
   auto v = ds4::convert::vocab_from_tokenizer_json(tokenizer_json(), 129280);
   ASSERT_EQ(v.tokens.size(), 129280u);
   ASSERT_EQ(v.token_types.size(), 129280u);
@@ -32,7 +32,7 @@ TEST(Vocab, FromDeepSeekTokenizerJson) {
   EXPECT_EQ(v.model, "gpt2");
 }
 
-TEST(Vocab, RejectsIdsBeyondTheModelVocab) {
+TEST(ConvertVocab, RejectsIdsBeyondTheModelVocab) {
   try {
     ds4::convert::vocab_from_tokenizer_json(tokenizer_json(), 1000);
     FAIL() << "accepted token ids >= vocab_size";
@@ -42,7 +42,7 @@ TEST(Vocab, RejectsIdsBeyondTheModelVocab) {
   EXPECT_THROW(ds4::convert::vocab_from_tokenizer_json("/nonexistent/tokenizer.json", 10), ds4::Error);
 }
 
-TEST(Vocab, ByteVocabularyIsTheGpt2ByteAlphabet) {
+TEST(ConvertVocab, ByteVocabularyIsTheGpt2ByteAlphabet) {
   auto v = ds4::convert::byte_vocab(300);
   ASSERT_EQ(v.tokens.size(), 300u);
   EXPECT_EQ(v.tokens['a'], "a");        // printable bytes map to themselves
