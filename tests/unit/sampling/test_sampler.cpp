@@ -41,6 +41,55 @@ TEST(Rng, UnitIsTop53BitsAndStateRestores) {
   EXPECT_DOUBLE_EQ(b.next_unit(), static_cast<double>(x >> 11) / 9007199254740992.0);
 }
 
+// The documented draw rule, recomputed independently: u_n from SplitMix64 (written out again
+// here), weights in double, walk the kept tokens in ascending id. Draws whose u * total lies
+// within 1e-5 of an interval boundary are skipped, since float weights may round either way.
+TEST(Sampler, DrawFollowsTheDocumentedRule) {
+  const std::vector<float> logits = {0.5f, -1.0f, 2.0f, 1.25f, 0.0f, 1.9f};
+  struct Case {
+    ds4::SamplerConfig config;
+    std::vector<int32_t> kept;  // by the filter rules, worked out by hand
+  };
+  const float t = 0.8f;
+  const std::vector<Case> cases = {
+      {{t, 0, 1.0f, 0.0f, 31337}, {0, 1, 2, 3, 4, 5}},  // no filter: whole-row path
+      {{t, 3, 1.0f, 0.0f, 31337}, {2, 3, 5}},           // top-3: 2.0, 1.9, 1.25
+      {{t, 0, 1.0f, 0.5f, 31337}, {2, 5}},              // min-p 0.5: l >= 2 + 0.8 ln 0.5 = 1.445
+      {{t, 0, 0.8f, 0.0f, 31337}, {2, 3, 5}},           // top-p 0.8: cumulative .395 .743 .898
+      {{t, 2, 0.6f, 0.0f, 31337}, {2, 5}},              // top-2 renormalized {.531, .469}; p .6
+      {{t, 2, 0.5f, 0.0f, 31337}, {2}},                 // ... p .5 is reached by the first
+  };
+  for (const Case& c : cases) {
+    ds4::Sampler sampler(c.config);
+    uint64_t state = c.config.seed;
+    int checked = 0;
+    for (int n = 0; n < 2000; ++n) {
+      state += 0x9E3779B97F4A7C15ull;
+      uint64_t z = state;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      const double u = static_cast<double>(z >> 11) / 9007199254740992.0;
+      double total = 0.0;
+      for (int32_t id : c.kept) total += std::exp((logits[static_cast<size_t>(id)] - 2.0) / t);
+      const double target = u * total;
+      double mass = 0.0;
+      int32_t expected = -1;
+      bool near_boundary = false;
+      for (int32_t id : c.kept) {
+        mass += std::exp((logits[static_cast<size_t>(id)] - 2.0) / t);
+        if (std::fabs(target - mass) < 1e-5) near_boundary = true;
+        if (expected < 0 && target < mass) expected = id;
+      }
+      const int32_t got = sampler.sample(logits);
+      if (near_boundary) continue;
+      ASSERT_EQ(got, expected) << "draw " << n << " u=" << u << " top_k=" << c.config.top_k << " min_p=" << c.config.min_p;
+      ++checked;
+    }
+    EXPECT_GT(checked, 1900);
+  }
+}
+
 TEST(Sampler, GreedyPicksArgmaxLowestIdOnTies) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.9f};
   ds4::Sampler s({0.0f});
