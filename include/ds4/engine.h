@@ -64,8 +64,9 @@ struct EngineInfo {
   std::string architecture;    // general.architecture ("deepseek4")
   std::string model_name;      // general.name, or the file name when absent
   std::string model_id;        // 16 hex digits: XXH64 of the GGUF header, metadata and tensor
-                               // table (file bytes before the data section). Payloads are tagged
-                               // with it.
+                               // table (file bytes before the data section) followed by the
+                               // first and last 4 KiB of every tensor's data, so re-trained
+                               // weights of the same shapes differ. Payloads are tagged with it.
   int32_t n_vocab = 0;
   int64_t n_layer = 0;
   int64_t n_ctx_train = 0;     // deepseek4.context_length

@@ -1,0 +1,180 @@
+// Engine: opens the model file, its tokenizer and the compute pool; computes the model
+// identity and the memory plan.
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "core/error.h"
+#include "ds4/session.h"
+#include "gguf/gguf.h"
+#include "session/checkpoint.h"
+#include "session/engine_impl.h"
+
+namespace ds4 {
+
+namespace session {
+
+uint64_t model_identity_hash(const gguf::File& file) {
+  const std::string& path = file.path();
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open to hash its header", path);
+  XXH64_state_t* h = XXH64_createState();
+  XXH64_reset(h, 0);
+  std::vector<char> buf(1 << 20);
+  bool ok = true;
+  auto feed = [&](uint64_t offset, uint64_t n) {
+    if (!ok || std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0) {
+      ok = false;
+      return;
+    }
+    while (n > 0) {
+      const size_t want = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+      if (std::fread(buf.data(), 1, want, f) != want) {
+        ok = false;
+        return;
+      }
+      XXH64_update(h, buf.data(), want);
+      n -= want;
+    }
+  };
+  feed(0, file.data_offset());
+  // Samples of every tensor's bytes, so files that differ only in weights (same shapes and
+  // metadata) differ in identity, without reading the whole (possibly 100+ GB) file.
+  for (const auto& t : file.tensors()) {
+    const uint64_t head = std::min<uint64_t>(t.n_bytes, kTensorSampleBytes);
+    feed(t.file_offset, head);
+    if (t.n_bytes > head) {
+      const uint64_t tail = std::min<uint64_t>(t.n_bytes - head, kTensorSampleBytes);
+      feed(t.file_offset + t.n_bytes - tail, tail);
+    }
+  }
+  std::fclose(f);
+  const uint64_t out = XXH64_digest(h);
+  XXH64_freeState(h);
+  if (!ok) fail("{}: read failed while computing the model identity", path);
+  return out;
+}
+
+}  // namespace session
+
+namespace {
+
+constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_length
+
+std::string human_bytes(uint64_t b) {
+  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));
+  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1ull << 20));
+  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
+  return fmt::format("{} B", b);
+}
+
+MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, int64_t n_ctx) {
+  MemoryPlan p;
+  p.file_bytes = f.file_size();
+  for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
+  p.n_ctx = n_ctx;
+  uint64_t fixed = static_cast<uint64_t>(hp.n_vocab);  // logits
+  // Growth per token in float units times R (so per-layer 1/R shares add up exactly).
+  double per_token = 1.0;  // the token id (4 bytes, counted as one float)
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    fixed += static_cast<uint64_t>(hp.sliding_window * hp.head_dim);
+    const int64_t R = hp.ratio(il);
+    const int64_t lanes = R == 4 ? 2 : 1;
+    if (R > 0) {
+      fixed += 2 * static_cast<uint64_t>(lanes * R * lanes * hp.head_dim);
+      per_token += static_cast<double>(hp.head_dim) / static_cast<double>(R);
+    }
+    if (R == 4) {
+      fixed += 2 * static_cast<uint64_t>(2 * R * 2 * hp.indexer_head_dim);
+      per_token += static_cast<double>(hp.indexer_head_dim) / static_cast<double>(R);
+    }
+  }
+  p.state_fixed_bytes = fixed * sizeof(float);
+  p.state_bytes_per_token = static_cast<uint64_t>(std::ceil(per_token * sizeof(float)));
+  p.state_bytes_at_ctx =
+      p.state_fixed_bytes + static_cast<uint64_t>(std::ceil(per_token * sizeof(float) * static_cast<double>(n_ctx)));
+  p.checkpoint_bytes = session::checkpoint_bytes(hp);
+  return p;
+}
+
+}  // namespace
+
+std::string MemoryPlan::describe() const {
+  return fmt::format(
+      "model file        {} (mapped read-only; weights {})\n"
+      "session state     {} fixed + {} per token = {} at {} tokens\n"
+      "rewind checkpoint {} each",
+      human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(state_fixed_bytes), state_bytes_per_token,
+      human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
+  if (o.backend == "cuda") fail("backend 'cuda': this build has no CUDA support (configure with -DDS4_CUDA=ON)");
+  if (o.backend != "cpu") fail("unknown backend '{}' (available: cpu)", o.backend);
+  if (o.ctx_size < 0) fail("context size {} is negative", o.ctx_size);
+  if (o.max_batch < 1) fail("max_batch {} must be at least 1", o.max_batch);
+  if (!std::filesystem::exists(o.model_path)) fail("{}: model file not found", o.model_path);
+
+  auto impl = std::make_unique<Impl>();
+  impl->options = o;
+  gguf::File file = gguf::File::open(o.model_path);
+  impl->model_hash = session::model_identity_hash(file);
+  if (file.find("tokenizer.ggml.tokens")) impl->tokenizer.emplace(Tokenizer::from_gguf(file));
+
+  EngineInfo& in = impl->info;
+  in.architecture = file.get_string("general.architecture").value_or("");
+  in.model_name = file.get_string("general.name").value_or(std::filesystem::path(o.model_path).filename().string());
+  in.model_id = fmt::format("{:016x}", impl->model_hash);
+  model::deepseek4::Options mo;
+  mo.act_quant_sim = o.act_quant_sim;
+  mo.max_batch = o.max_batch;
+  // from_file takes the File; the plan needs its tensor table first.
+  const auto hp_preview = model::deepseek4::HParams::from_gguf(file);
+  in.n_ctx_train = hp_preview.context_length;
+  in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
+  impl->plan = make_plan(file, hp_preview, in.n_ctx);
+  impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
+
+  const auto& hp = impl->model->hparams();
+  in.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  in.n_layer = hp.n_layer;
+  in.has_tokenizer = impl->tokenizer.has_value();
+  if (impl->tokenizer) {
+    const Tokenizer& t = *impl->tokenizer;
+    if (t.n_vocab() > hp.n_vocab)
+      fail("{}: tokenizer has {} tokens but the model only {} logits", o.model_path, t.n_vocab(), hp.n_vocab);
+    in.bos_id = t.bos_id();
+    in.eos_id = t.eos_id();
+    if (in.eos_id) in.stop_ids.push_back(*in.eos_id);
+    if (auto u = t.find_token("<｜User｜>"); u && (!in.eos_id || *u != *in.eos_id)) in.stop_ids.push_back(*u);
+  }
+  impl->pool = std::make_unique<ThreadPool>(o.threads);
+  in.backend = o.backend;
+  in.threads = impl->pool->size();
+  in.act_quant_sim = o.act_quant_sim;
+  return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
+}
+
+const EngineInfo& Engine::info() const { return impl_->info; }
+const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }
+const EngineOptions& Engine::options() const { return impl_->options; }
+
+const Tokenizer& Engine::tokenizer() const {
+  if (!impl_->tokenizer) fail("{}: the model file has no tokenizer (tokenizer.ggml.* keys)", impl_->options.model_path);
+  return *impl_->tokenizer;
+}
+
+bool Engine::is_stop_token(int32_t id) const {
+  for (int32_t s : impl_->info.stop_ids)
+    if (s == id) return true;
+  return false;
+}
+
+std::unique_ptr<Session> Engine::new_session() const { return new_session(SessionOptions{}); }
+
+}  // namespace ds4

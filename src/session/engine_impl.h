@@ -1,0 +1,34 @@
+#pragma once
+// Internal: what an Engine holds (include/ds4/engine.h).
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "ds4/engine.h"
+#include "model/deepseek4/model.h"
+
+namespace ds4 {
+
+struct Engine::Impl {
+  EngineOptions options;
+  EngineInfo info;
+  MemoryPlan plan;
+  uint64_t model_hash = 0;  // XXH64 behind info.model_id
+  std::unique_ptr<model::deepseek4::Model> model;
+  std::optional<Tokenizer> tokenizer;
+  std::unique_ptr<ThreadPool> pool;
+  // One CPU pool serves every session: their evaluations take turns.
+  mutable std::mutex compute_mu;
+};
+
+namespace session {
+// Model identity: XXH64 (seed 0) over the file's bytes before the tensor data (header,
+// metadata, tensor table), then for each tensor in table order its first and last
+// kTensorSampleBytes bytes (the whole tensor when shorter; head and tail never overlap).
+inline constexpr uint64_t kTensorSampleBytes = 4096;
+uint64_t model_identity_hash(const gguf::File& file);
+}  // namespace session
+
+}  // namespace ds4

@@ -1,0 +1,37 @@
+#pragma once
+// Internal: what a Session holds (include/ds4/session.h).
+#include <deque>
+#include <memory>
+
+#include "compute/backend.h"
+#include "ds4/session.h"
+#include "model/deepseek4/state.h"
+#include "session/checkpoint.h"
+#include "session/engine_impl.h"
+
+namespace ds4 {
+
+struct Session::Impl {
+  std::shared_ptr<const Engine> engine;
+  const Engine::Impl* e = nullptr;
+  SessionOptions options;
+  int64_t n_ctx = 0;
+  std::unique_ptr<compute::Backend> backend;
+  model::deepseek4::State state;
+  Sampler sampler;
+  std::deque<session::Checkpoint> checkpoints;  // ascending n_pos, all <= state.n_pos
+
+  // Appends tokens (ids already validated, context already checked) in chunks that end at
+  // max_batch and checkpoint-interval boundaries. end_checkpoint: also checkpoint the final
+  // position. Returns false when cancelled.
+  bool append(std::span<const int32_t> tokens, const EvalOptions& o, bool end_checkpoint, int64_t progress_base,
+              int64_t progress_total);
+  void add_checkpoint();
+  // Restores the newest checkpoint at or below n (or the empty state); drops later ones.
+  void restore_at_most(int64_t n);
+  void check_fits(int64_t total) const;
+  void check_ids(std::span<const int32_t> tokens) const;
+  void reset();
+};
+
+}  // namespace ds4

@@ -1,0 +1,224 @@
+// Engine and Session basics: open, info, memory plan, sync reuse, context overflow,
+// cancellation, progress, sampling and generation.
+#include <atomic>
+
+#include "session_fixture.h"
+
+namespace ds4::test {
+namespace {
+
+TEST(Engine, OpensTheChatModelAndReportsItsIdentity) {
+  auto e = open_engine();
+  const auto& in = e->info();
+  EXPECT_EQ(in.architecture, "deepseek4");
+  EXPECT_EQ(in.n_vocab, 264);
+  EXPECT_EQ(in.n_layer, 4);
+  EXPECT_EQ(in.n_ctx_train, 4096);
+  EXPECT_EQ(in.n_ctx, 4096);
+  ASSERT_TRUE(in.has_tokenizer);
+  EXPECT_EQ(in.bos_id, 256);
+  EXPECT_EQ(in.eos_id, 257);
+  EXPECT_EQ(in.stop_ids, (std::vector<int32_t>{257, 258}));  // EOS, <｜User｜>
+  EXPECT_EQ(in.model_id.size(), 16u);
+  EXPECT_EQ(e->tokenizer().encode("hi", false), (std::vector<int32_t>{'h', 'i'}));
+  // Another model file (other random weights) has another identity.
+  EXPECT_NE(open_engine(512, 2)->info().model_id, in.model_id);
+}
+
+TEST(Engine, ErrorsNameTheProblem) {
+  EngineOptions o;
+  o.model_path = "/nonexistent/model.gguf";
+  try {
+    Engine::open(o);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("/nonexistent/model.gguf: model file not found"), std::string::npos);
+  }
+  o.model_path = chat_model_path();
+  o.backend = "cuda";
+  try {
+    Engine::open(o);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("no CUDA support"), std::string::npos) << err.what();
+  }
+}
+
+// The plan's figures against the vectors a session really holds (sizes counted here from the
+// State's own fields after evaluating 64 tokens: a multiple of every compress ratio).
+TEST(Engine, MemoryPlanMatchesTheStateItDescribes) {
+  auto e = open_engine();
+  const auto& p = e->memory_plan();
+  // Independent arithmetic from the synthetic model's shape (chat_model.h): 4 layers, window 8,
+  // head_dim 64, ratios 0/4/8/4, indexer dim 32, vocab 264.
+  const uint64_t fixed = 264 + 4 * 8 * 64 + 2 * (8 * 128) + 2 * (8 * 64) + 2 * (8 * 64) + 2 * (8 * 128) + 2 * (8 * 64);
+  EXPECT_EQ(p.state_fixed_bytes, fixed * 4);
+  // Per token: the id, 64/4 + 32/4 (CSA), 64/8 (HCA), 64/4 + 32/4 (CSA) floats = 57 x 4 bytes.
+  EXPECT_EQ(p.state_bytes_per_token, 57u * 4);
+  EXPECT_EQ(p.state_bytes_at_ctx, p.state_fixed_bytes + 57u * 4 * 4096);
+  EXPECT_GT(p.weights_bytes, 0u);
+  EXPECT_GE(p.file_bytes, p.weights_bytes);
+  EXPECT_FALSE(p.describe().empty());
+}
+
+TEST(Session, SyncEvaluatesOnlyWhatIsNew) {
+  auto e = open_engine();
+  auto s = e->new_session();
+  const auto a = random_tokens(20, 1), b = random_tokens(10, 2);
+  auto r = s->sync(a);
+  EXPECT_EQ(r.reused, 0);
+  EXPECT_EQ(r.evaluated, 20);
+  auto ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  r = s->sync(ab);
+  EXPECT_EQ(r.reused, 20);
+  EXPECT_EQ(r.replayed, 0);
+  EXPECT_EQ(r.evaluated, 10);
+  EXPECT_EQ(s->tokens(), ab);
+  r = s->sync(ab);  // nothing new
+  EXPECT_EQ(r.evaluated + r.replayed, 0);
+
+  auto fresh = e->new_session();
+  fresh->eval(ab);
+  EXPECT_EQ(to_vec(s->logits()), to_vec(fresh->logits()));  // chunking is batch-invariant (backend.h)
+}
+
+TEST(Session, SyncToADivergingPromptReplaysFromTheNearestCheckpoint) {
+  auto e = open_engine();
+  SessionOptions so;
+  so.checkpoint_interval = 16;
+  auto s = e->new_session(so);
+  const auto a = random_tokens(40, 3);
+  s->sync(a);  // checkpoints at 16, 32 and 40 (end of call)
+  auto c = std::vector<int32_t>(a.begin(), a.begin() + 35);
+  c.push_back(7);
+  c.push_back(9);
+  auto r = s->sync(c);
+  EXPECT_EQ(r.reused, 35);
+  EXPECT_EQ(r.replayed, 3);  // from the checkpoint at 32
+  EXPECT_EQ(r.evaluated, 2);
+  auto fresh = e->new_session(so);
+  fresh->eval(c);
+  EXPECT_EQ(to_vec(s->logits()), to_vec(fresh->logits()));
+}
+
+TEST(Session, ContextOverflowNamesTheExcessAndLeavesTheStateAlone) {
+  auto e = open_engine();
+  SessionOptions so;
+  so.n_ctx = 32;
+  auto s = e->new_session(so);
+  s->eval(random_tokens(30, 4));
+  const auto before = to_vec(s->logits());
+  try {
+    s->eval(random_tokens(5, 5));
+    FAIL();
+  } catch (const ContextOverflow& err) {
+    EXPECT_EQ(err.n_ctx(), 32);
+    EXPECT_EQ(err.requested(), 35);
+    EXPECT_EQ(err.over_by(), 3);
+    EXPECT_EQ(std::string(err.what()), "context overflow: 35 tokens do not fit the 32-token context (3 over)");
+  }
+  EXPECT_EQ(s->n_past(), 30);
+  EXPECT_EQ(to_vec(s->logits()), before);
+  EXPECT_THROW(s->eval(std::vector<int32_t>{1, 264}), Error);  // id outside the vocabulary
+  EXPECT_EQ(s->n_past(), 30);
+}
+
+TEST(Session, CancellationStopsBetweenChunksAndProgressCounts) {
+  auto e = open_engine(/*max_batch=*/8);
+  auto s = e->new_session();
+  std::atomic<bool> stop{false};
+  std::vector<std::pair<int64_t, int64_t>> seen;
+  EvalOptions eo;
+  eo.cancel = &stop;
+  eo.progress = [&](int64_t done, int64_t total) {
+    seen.emplace_back(done, total);
+    if (done >= 16) stop = true;
+  };
+  auto r = s->eval(random_tokens(50, 6), eo);
+  EXPECT_TRUE(r.cancelled);
+  EXPECT_EQ(s->n_past(), 16);
+  EXPECT_EQ(r.evaluated, 16);
+  EXPECT_EQ(seen, (std::vector<std::pair<int64_t, int64_t>>{{8, 50}, {16, 50}}));
+  // The state is usable: continue, and match an uninterrupted evaluation.
+  const auto all = random_tokens(50, 6);
+  stop = false;
+  s->sync(all);
+  auto fresh = e->new_session();
+  fresh->eval(all);
+  EXPECT_EQ(to_vec(s->logits()), to_vec(fresh->logits()));
+}
+
+TEST(Session, GreedyGenerationFollowsTheArgmaxAndSeededSamplingRepeats) {
+  auto e = open_engine();
+  const auto prompt = random_tokens(12, 7);
+  auto run = [&](SamplerConfig sc, std::vector<float>* first_logits) {
+    auto s = e->new_session();
+    s->eval(prompt);
+    if (first_logits) *first_logits = to_vec(s->logits());
+    s->set_sampler(sc);
+    std::vector<int32_t> out;
+    GenerateOptions go;
+    go.max_tokens = 16;
+    go.stop_at_stop_tokens = false;
+    go.logprobs_top_n = 3;
+    auto g = s->generate(go, [&](const GeneratedToken& t) {
+      out.push_back(t.id);
+      EXPECT_EQ(t.logprobs.chosen.id, t.id);
+      EXPECT_EQ(t.logprobs.top.size(), 3u);
+      return true;
+    });
+    EXPECT_EQ(g.n_generated, 16);
+    EXPECT_EQ(g.reason, StopReason::MaxTokens);
+    EXPECT_EQ(s->n_past(), 12 + 16);  // every generated token was evaluated
+    return out;
+  };
+  SamplerConfig greedy;
+  greedy.temperature = 0;
+  std::vector<float> l0;
+  const auto g1 = run(greedy, &l0);
+  EXPECT_EQ(g1[0], argmax(l0));
+  // Greedy continuation = argmax at every step, checked by re-evaluating the sequence.
+  auto s = e->new_session();
+  auto seq = prompt;
+  for (size_t i = 0; i < g1.size(); ++i) {
+    s->sync(seq);
+    EXPECT_EQ(argmax(s->logits()), g1[i]) << "step " << i;
+    seq.push_back(g1[i]);
+  }
+  SamplerConfig seeded;
+  seeded.seed = 1234;
+  seeded.min_p = 0;  // a random model's flat distribution: let many tokens compete
+  const auto a = run(seeded, nullptr), b = run(seeded, nullptr);
+  EXPECT_EQ(a, b);
+  seeded.seed = 99;
+  EXPECT_NE(run(seeded, nullptr), a);
+}
+
+TEST(Session, GenerationStopsAtStopTokensWithoutEvaluatingThem) {
+  auto e = open_engine();
+  auto s = e->new_session();
+  s->eval(random_tokens(5, 8));
+  SampleOptions force_eos;
+  force_eos.adjust_logits = [](std::span<float> l) { l[257] = 1e9f; };
+  GenerateOptions go;
+  go.sample = force_eos;
+  int calls = 0;
+  auto g = s->generate(go, [&](const GeneratedToken& t) {
+    ++calls;
+    EXPECT_TRUE(t.is_stop);
+    EXPECT_EQ(t.id, 257);
+    return true;
+  });
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(g.reason, StopReason::StopToken);
+  EXPECT_EQ(s->n_past(), 5);
+  std::atomic<bool> stop{true};
+  go = {};
+  go.cancel = &stop;
+  EXPECT_EQ(s->generate(go, [](const GeneratedToken&) { return true; }).reason, StopReason::Cancelled);
+  EXPECT_THROW(e->new_session()->generate(go, [](const GeneratedToken&) { return true; }), Error);
+}
+
+}  // namespace
+}  // namespace ds4::test
