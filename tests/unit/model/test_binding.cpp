@@ -99,7 +99,7 @@ TEST(Binding, HashLayerCountFromKeyOrTables) {
   SynthConfig c;
   c.n_hash_layers = 2;
   c.drop_key = "deepseek4.hash_layer_count";  // inferred from the leading tid2eid tables
-  std::string p = "/tmp/ds4_model_hash_infer.gguf";
+  std::string p = tmp_path("hash_infer");
   ds4::test::write_synthetic_model(p, c);
   EXPECT_EQ(Model::load(p)->hparams().n_hash_layers, 2);
   std::filesystem::remove(p);

@@ -1,0 +1,43 @@
+// Model: load, validation and the entry point that runs Forward over a batch in chunks.
+#include "model/deepseek4/model.h"
+
+#include <algorithm>
+
+#include "compute/numerics.h"
+#include "core/error.h"
+#include "model/deepseek4/forward.h"
+
+namespace ds4::model::deepseek4 {
+
+Model::Model(gguf::File file, Options opt) : file_(std::move(file)), opt_(opt) {
+  hp_ = HParams::from_gguf(file_);
+  w_ = Weights::bind(file_, hp_);
+  freqs_swa_ = compute::rope_frequencies(hp_.rope_swa);
+  freqs_compressed_ = compute::rope_frequencies(hp_.rope_compressed);
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, Options opt) {
+  return from_file(gguf::File::open(path), opt);
+}
+
+std::unique_ptr<Model> Model::from_file(gguf::File file, Options opt) {
+  return std::unique_ptr<Model>(new Model(std::move(file), opt));
+}
+
+void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const {
+  if (tokens.empty()) return;
+  if (state.layers.size() != static_cast<size_t>(hp_.n_layer))
+    fail("deepseek4: session state has {} layers, the model {}", state.layers.size(), hp_.n_layer);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
+      fail("deepseek4: token {} (index {} of the batch) is outside the vocabulary [0, {})", tokens[i], i, hp_.n_vocab);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t step = std::max<int64_t>(1, opt_.max_batch);
+  for (int64_t at = 0; at < n; at += step) {
+    const int64_t len = std::min(step, n - at);
+    Forward(*this, be, state, tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(len)))
+        .run(logits_all ? logits_all + at * hp_.n_vocab : nullptr, at + len == n);
+  }
+}
+
+}  // namespace ds4::model::deepseek4
