@@ -91,6 +91,13 @@ HParams HParams::from_gguf(const gguf::File& f) {
                          {"hyper_connection.sinkhorn_iterations", int64_t{h.sinkhorn_iters}}})
     r.positive(name, v);
 
+  // Sizes not tied to any tensor shape (so not bounded by the file) get sanity limits here,
+  // so a corrupt value is an error rather than a huge allocation.
+  if (h.sliding_window > (int64_t{1} << 20))
+    fail("{}: {} = {} is implausibly large (limit 1048576)", f.path(), key("attention.sliding_window"), h.sliding_window);
+  if (h.sinkhorn_iters > 10000)
+    fail("{}: {} = {} is implausibly large (limit 10000)", f.path(), key("hyper_connection.sinkhorn_iterations"),
+         h.sinkhorn_iters);
   if (h.n_head_kv != 1) fail("{}: {} = {}: only one shared KV head is supported", f.path(), key("attention.head_count_kv"), h.n_head_kv);
   if (vlen != h.head_dim) fail("{}: value_length {} != key_length {} (K = V is required)", f.path(), vlen, h.head_dim);
   if (h.n_rot % 2 != 0 || h.n_rot > h.head_dim)
