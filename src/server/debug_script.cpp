@@ -1,0 +1,42 @@
+#include "server/debug_script.h"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "chat/markers.h"
+#include "core/error.h"
+
+namespace ds4::server {
+
+DebugScript DebugScript::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("{}: cannot open debug script", path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded()) fail("{}: not valid JSON", path);
+  if (!j.is_object() || !j.contains("rules") || !j["rules"].is_array()) fail("{}: expected {{\"rules\": [...]}}", path);
+  DebugScript s;
+  for (size_t i = 0; i < j["rules"].size(); ++i) {
+    const auto& r = j["rules"][i];
+    if (!r.is_object() || !r.contains("when") || !r["when"].is_string() || !r.contains("text") ||
+        !r["text"].is_string()) {
+      fail("{}: rules[{}]: expected {{\"when\": string, \"text\": string}}", path, i);
+    }
+    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>()});
+  }
+  return s;
+}
+
+std::optional<std::string> DebugScript::match(std::string_view prompt_text) const {
+  size_t last_user = prompt_text.rfind(chat::mark::kUser);
+  std::string_view tail = last_user == std::string_view::npos ? prompt_text : prompt_text.substr(last_user);
+  for (const auto& r : rules_) {
+    if (tail.find(r.when) != std::string_view::npos) return r.text;
+  }
+  return std::nullopt;
+}
+
+}  // namespace ds4::server

@@ -1,0 +1,31 @@
+#pragma once
+// TEST SCAFFOLDING (ds4-server --debug-script FILE). Forces the text a request "generates",
+// so tests can drive paths a tiny random model never reaches on its own (DSML tool calls,
+// reasoning then answer). The forced text is tokenized and fed through the normal loop —
+// logprobs, evaluation, DSML parsing, tool-call ids and replay all run as usual; only the
+// choice of token is taken from the script. File format (JSON):
+//   {"rules": [{"when": "substring", "text": "forced output"}, ...]}
+// The first rule whose `when` occurs in the prompt text after its last "<｜User｜>" applies;
+// the forced output ends as if EOS was sampled. No rule matches → normal sampling.
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ds4::server {
+
+class DebugScript {
+ public:
+  static DebugScript load(const std::string& path);  // throws ds4::Error naming the file and field
+  std::optional<std::string> match(std::string_view prompt_text) const;
+  bool empty() const { return rules_.empty(); }
+
+ private:
+  struct Rule {
+    std::string when;
+    std::string text;
+  };
+  std::vector<Rule> rules_;
+};
+
+}  // namespace ds4::server

@@ -1,0 +1,108 @@
+// ds4-server: flags → Engine + one live Session → HTTP server. Flag names follow antirez/ds4's
+// ds4-server where it has them (-m, -c/--ctx, -n/--tokens, -t, --host, --port, --cors,
+// --disable-exact-dsml-tool-replay, --tool-memory-max-ids, --backend).
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <pthread.h>
+#include <thread>
+
+#include "core/error.h"
+#include "ds4/engine.h"
+#include "server/debug_script.h"
+#include "server/http_server.h"
+#include "server/inference_model.h"
+#include "server/metrics.h"
+#include "server/worker.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ds4-server: OpenAI- and Anthropic-compatible HTTP API for DeepSeek V4"};
+  ds4::EngineOptions eo;
+  ds4::server::ServerOptions so;
+  int64_t ctx = 32768, tokens = 393216, prefill_delay_ms = 0, tool_ids = 100000;
+  size_t max_queue = 64;
+  bool no_replay = false;
+  std::string debug_script_path, port_file;
+  app.add_option("-m,--model", eo.model_path, "GGUF model file")->capture_default_str();
+  app.add_option("-c,--ctx", ctx, "context size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-n,--tokens", tokens, "default completion limit when a request sets none (capped by --ctx)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-t,--threads", eo.threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--backend", eo.backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--host", so.host, "address to bind (loopback by default)")->capture_default_str();
+  app.add_option("--port", so.port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
+  app.add_flag("--cors", so.cors, "send Access-Control-Allow-* headers for browser clients");
+  app.add_option("--api-key", so.api_key, "require this key (Authorization: Bearer KEY, or x-api-key: KEY) on /v1/*");
+  app.add_option("--max-body-bytes", so.max_body_bytes, "largest accepted request body (413 beyond)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-queue", max_queue, "queued requests beyond which new ones get 503")->capture_default_str();
+  app.add_option("--http-threads", so.http_threads, "HTTP connection threads")->capture_default_str();
+  app.add_option("--sse-keepalive-ms", so.keepalive_ms, "SSE keepalive interval while nothing else is sent")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_flag("--disable-exact-dsml-tool-replay", no_replay,
+               "do not replay sampled DSML for known tool-call ids (render JSON canonically)");
+  app.add_option("--tool-memory-max-ids", tool_ids, "tool-call ids kept for exact replay")->capture_default_str();
+  app.add_option("--debug-prefill-delay-ms", prefill_delay_ms,
+                 "TEST SCAFFOLDING: sleep this long per prefilled token (exercises keepalives)");
+  app.add_option("--debug-script", debug_script_path,
+                 "TEST SCAFFOLDING: JSON rules forcing the generated text (see src/server/debug_script.h)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  // Writes to closed sockets must fail with EPIPE, not kill the process; SIGINT / SIGTERM
+  // are taken by a thread that stops the server.
+  std::signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  try {
+    eo.ctx_size = ctx;
+    auto engine = ds4::Engine::open(eo);
+    if (!engine->info().has_tokenizer) ds4::fail("{}: the model has no tokenizer", eo.model_path);
+    auto model = ds4::server::make_session_model(engine, ctx);
+    std::optional<ds4::server::DebugScript> script;
+    if (!debug_script_path.empty()) script = ds4::server::DebugScript::load(debug_script_path);
+
+    ds4::server::Metrics metrics;
+    ds4::server::SharedToolCache tools(static_cast<size_t>(std::max<int64_t>(tool_ids, 1)));
+    ds4::server::WorkerOptions wo;
+    wo.max_queue = max_queue;
+    wo.debug_prefill_delay_ms = prefill_delay_ms;
+    wo.debug_script = script ? &*script : nullptr;
+    wo.record_tool_blocks = !no_replay;
+    ds4::server::Worker worker(*model, wo, metrics, tools);
+    so.default_max_tokens = std::min(tokens, model->n_ctx());
+    ds4::server::HttpServer server(*model, worker, metrics, tools, so);
+    int port = server.bind();
+    std::thread signal_thread([&] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      server.stop();
+    });
+    fmt::print(stderr, "ds4-server: {} ({} tokens of context) on http://{}:{}\n", engine->info().model_name,
+               model->n_ctx(), so.host, port);
+    if (!port_file.empty()) {
+      std::ofstream(port_file + ".tmp") << port << "\n";
+      std::rename((port_file + ".tmp").c_str(), port_file.c_str());
+    }
+    server.listen();
+    // listen() returned: stopped by a signal, or the listening socket failed. In the second
+    // case the signal thread still waits; a blocked SIGTERM aimed at it ends the wait.
+    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    signal_thread.join();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ds4-server: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
