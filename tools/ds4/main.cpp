@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "chat_cli.h"
 #include "options.h"
 
 namespace {
@@ -37,8 +38,12 @@ int main(int argc, char** argv) {
   CLI::App app{"ds4: DeepSeek V4 inference"};
   ds4::tools::Ds4Options opts;
   std::string tokens_arg, sim_arg = "on";
-  app.add_option("-m,--model", opts.model_path, "GGUF model file")->required();
-  app.add_option("--backend", opts.backend, "compute backend")->check(CLI::IsMember({"cpu"}));
+  ds4::tools::ChatCliOptions chat;
+  opts.model_path = "ds4flash.gguf";
+  app.add_option("-m,--model", opts.model_path, "GGUF model file")->capture_default_str();
+  app.add_option("--backend", opts.backend, "compute backend: cpu (cuda: not built yet)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_option("--act-quant-sim", sim_arg, "FP8 KV / FP4 indexer rounding (spec §5.2-5.4)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("-t,--threads", opts.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
@@ -48,6 +53,11 @@ int main(int argc, char** argv) {
                "multiply quantized weights with f32 activations instead of Q8_0/Q8_K (debugging)");
   app.add_flag("--incremental", opts.incremental, "evaluate one token at a time through the session");
   app.add_flag("-v,--verbose", opts.verbose, "print model and timing information to stderr");
+  ds4::tools::add_chat_flags(app, chat);
+  app.footer(
+      "Modes: --tokens IDS --dump-logits OUT evaluates token ids and writes their logits; -p/--prompt-file\n"
+      "generates an answer; --dump-tokens prints the prompt's tokens; with neither, an interactive chat\n"
+      "starts (/help lists its commands).");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,7 +65,9 @@ int main(int argc, char** argv) {
   }
   try {
     opts.act_quant_sim = sim_arg == "on";
-    if (opts.dump_logits_path.empty()) ds4::fail("nothing to do: give --dump-logits OUT with --tokens");
+    if (opts.backend == "cuda") ds4::fail("--backend cuda: this build has no CUDA support (configure with -DDS4_CUDA=ON)");
+    if (opts.dump_logits_path.empty() && tokens_arg.empty()) return ds4::tools::run_chat_cli(opts, chat);
+    if (opts.dump_logits_path.empty()) ds4::fail("--tokens needs --dump-logits OUT");
     if (tokens_arg.empty()) ds4::fail("--dump-logits needs --tokens");
     opts.tokens = parse_token_list(tokens_arg);
     ds4::tools::run_dump_logits(opts);

@@ -1,0 +1,187 @@
+#include "chat_runner.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <csignal>
+#include <random>
+
+#include "chat/markers.h"
+#include "chat/renderer.h"
+#include "core/error.h"
+
+namespace ds4::tools {
+
+namespace {
+std::atomic<bool> g_interrupt{false};
+extern "C" void on_sigint(int) { g_interrupt.store(true); }
+}  // namespace
+
+std::atomic<bool>& interrupt_flag() { return g_interrupt; }
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+void restore_default_interrupt() { std::signal(SIGINT, SIG_DFL); }
+
+chat::ThinkingMode parse_thinking(const std::string& s) {
+  if (s == "none") return chat::ThinkingMode::None;
+  if (s == "max") return chat::ThinkingMode::Max;
+  return chat::ThinkingMode::High;
+}
+
+std::string format_stats(const TurnStats& s) {
+  const double pps = s.prefill_s > 0 ? static_cast<double>(s.prompt_tokens) / s.prefill_s : 0.0;
+  const double gps = s.generate_s > 0 ? static_cast<double>(s.generated) / s.generate_s : 0.0;
+  return fmt::format("[prompt {} tokens ({} reused), prefill {:.1f} t/s | generated {} tokens, {:.1f} t/s | {}]",
+                     s.prompt_tokens, s.reused_tokens, pps, s.generated, gps, to_string(s.reason));
+}
+
+ChatRunner::ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOptions& o)
+    : engine_(std::move(engine)), o_(o), thinking_(parse_thinking(o.think)) {
+  SessionOptions so;
+  so.n_ctx = o.ctx;
+  session_ = engine_->new_session(so);
+  SamplerConfig sc;
+  sc.temperature = o.temperature;
+  sc.top_k = o.top_k;
+  sc.top_p = o.top_p;
+  sc.min_p = o.min_p;
+  sc.seed = o.seed ? *o.seed : std::random_device{}();
+  session_->set_sampler(sc);
+  if (!o.trace.empty()) {
+    trace_ = std::fopen(o.trace.c_str(), "a");
+    if (!trace_) fail("--trace {}: cannot open for appending", o.trace);
+  }
+}
+
+void ChatRunner::trace(const std::string& line) const {
+  if (!trace_) return;
+  std::fputs(line.c_str(), trace_);
+  std::fputc('\n', trace_);
+  std::fflush(trace_);
+}
+
+std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const {
+  const Tokenizer& tok = engine_->tokenizer();
+  if (o_.raw) return tok.encode(user_text, /*parse_special=*/true);
+  std::string text;
+  if (session_->n_past() == 0) {
+    chat::Conversation conv;
+    if (!o_.system.empty()) {
+      chat::Message m;
+      m.role = chat::Role::System;
+      m.content = o_.system;
+      conv.messages.push_back(std::move(m));
+    }
+    chat::Message u;
+    u.role = chat::Role::User;
+    u.content = user_text;
+    conv.messages.push_back(std::move(u));
+    chat::RenderOptions ro;
+    ro.thinking = thinking_;
+    ro.context_size = static_cast<uint64_t>(session_->n_ctx());
+    ro.drop_thinking = false;  // keep earlier reasoning: turns then only append
+    text = chat::render_prompt(conv, ro);
+  } else {
+    // What render_prompt writes after an assistant turn for the next user message: EOS
+    // closing the answer (unless the model's EOS is already in the state), the user turn,
+    // the assistant opening with the thinking marker. Think-Max's prefix sits at the start
+    // of the conversation and is not repeated.
+    const auto& toks = session_->tokens();
+    const auto eos = engine_->info().eos_id;
+    if (!(eos && !toks.empty() && toks.back() == *eos)) text += chat::mark::kEos;
+    text += chat::mark::kUser;
+    text += user_text;
+    text += chat::mark::kAssistant;
+    text += thinking_ == chat::ThinkingMode::None ? chat::mark::kThinkClose : chat::mark::kThinkOpen;
+  }
+  return tok.encode(text, /*parse_special=*/true);
+}
+
+TurnStats ChatRunner::turn(const std::string& user_text, std::FILE* out) {
+  TurnStats st;
+  std::vector<int32_t> input = session_->tokens();
+  const auto add = next_input(user_text);
+  input.insert(input.end(), add.begin(), add.end());
+
+  auto& stop = interrupt_flag();
+  stop = false;
+  const bool bar = isatty(STDERR_FILENO);
+  EvalOptions eo;
+  eo.cancel = &stop;
+  if (bar)
+    eo.progress = [](int64_t done, int64_t total) {
+      if (total < 256) return;  // short prefills finish before a bar helps
+      const int w = 30;
+      const int fill = static_cast<int>(static_cast<double>(done) / static_cast<double>(total) * w);
+      fmt::print(stderr, "\r\033[Kprefill [{}{}] {}/{}", std::string(static_cast<size_t>(fill), '='),
+                 std::string(static_cast<size_t>(w - fill), ' '), done, total);
+    };
+  const EvalResult r = session_->sync(input, eo);
+  if (bar && r.evaluated + r.replayed >= 256) fmt::print(stderr, "\r\033[K");
+  st.prompt_tokens = r.evaluated;
+  st.reused_tokens = r.reused;
+  st.prefill_s = r.seconds;
+  trace(nlohmann::json{{"event", "prefill"},
+                       {"reused", r.reused},
+                       {"replayed", r.replayed},
+                       {"evaluated", r.evaluated},
+                       {"cancelled", r.cancelled},
+                       {"seconds", r.seconds}}
+            .dump());
+  if (r.cancelled) {
+    st.reason = StopReason::Cancelled;
+    return st;
+  }
+
+  GenerateOptions go;
+  go.max_tokens = o_.n_predict;
+  go.stop_at_stop_tokens = !o_.ignore_eos;
+  go.cancel = &stop;
+  if (!o_.dump_logprobs.empty()) go.logprobs_top_n = o_.logprobs_top_k;
+  const auto g = session_->generate(go, [&](const GeneratedToken& t) {
+    if (!t.is_stop) {
+      std::fwrite(t.piece.data(), 1, t.piece.size(), out);
+      std::fflush(out);
+    }
+    if (go.logprobs_top_n >= 0) logprob_steps.push_back({t});
+    trace(nlohmann::json{{"event", "token"}, {"id", t.id}, {"stop", t.is_stop}}.dump());
+    return true;
+  });
+  st.generated = g.n_generated;
+  st.generate_s = g.seconds;
+  st.reason = g.reason;
+  trace(nlohmann::json{{"event", "turn_end"},
+                       {"generated", g.n_generated},
+                       {"reason", to_string(g.reason)},
+                       {"n_past", session_->n_past()}}
+            .dump());
+  return st;
+}
+
+void ChatRunner::print_stats(const TurnStats& s) const {
+  if (o_.no_stats) return;
+  fmt::print(stderr, "\n{}\n", format_stats(s));
+}
+
+void ChatRunner::set_ctx(int64_t n) {
+  SessionOptions so;
+  so.n_ctx = n;
+  auto next = engine_->new_session(so);
+  next->set_sampler(session_->sampler().config());
+  next->sampler().rng().set_state(session_->sampler().rng().state());
+  if (session_->n_past() > next->n_ctx())
+    fail("/ctx {}: the conversation already holds {} tokens; /save it or start over", n, session_->n_past());
+  if (session_->n_past() > 0) next->load_payload(session_->save_payload());
+  session_ = std::move(next);
+}
+
+void ChatRunner::load(const std::string& path) { session_->load(path); }
+
+}  // namespace ds4::tools

@@ -1,0 +1,72 @@
+#pragma once
+// One conversation on one Session: builds each turn's model input, streams the answer,
+// reports statistics. Turns only append text to what the session already holds (the
+// DeepSeek V4 format is append-only across turns when earlier reasoning is kept), so each
+// turn prefills just the new tokens.
+#include <atomic>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "chat/conversation.h"
+#include "chat_cli.h"
+#include "ds4/session.h"
+
+namespace ds4::tools {
+
+struct TurnStats {
+  int64_t prompt_tokens = 0;  // new tokens prefilled this turn
+  int64_t reused_tokens = 0;
+  double prefill_s = 0;
+  int64_t generated = 0;
+  double generate_s = 0;
+  StopReason reason = StopReason::MaxTokens;
+};
+
+// Set by the SIGINT handler while a turn runs (see install_interrupt_handler).
+std::atomic<bool>& interrupt_flag();
+// Ctrl+C sets interrupt_flag() instead of killing the process (until restored).
+void install_interrupt_handler();
+void restore_default_interrupt();
+
+class ChatRunner {
+ public:
+  ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOptions& o);
+
+  // Appends a user turn (chat template) or raw text (--raw), prefills it and generates the
+  // answer, streaming it to `out`.
+  TurnStats turn(const std::string& user_text, std::FILE* out);
+
+  void set_thinking(chat::ThinkingMode m) { thinking_ = m; }
+  chat::ThinkingMode thinking() const { return thinking_; }
+  // Replaces the session by one with context n (keeping the conversation when it fits).
+  void set_ctx(int64_t n);
+  void save(const std::string& path) const { session_->save(path); }
+  void load(const std::string& path);
+  Session& session() { return *session_; }
+  // Model input of the next turn for `user_text` (what turn() would append), as tokens.
+  std::vector<int32_t> next_input(const std::string& user_text) const;
+  void print_stats(const TurnStats& s) const;
+  // One JSON object per line to the --trace file (no-op without --trace).
+  void trace(const std::string& json_line) const;
+
+ private:
+  std::shared_ptr<const Engine> engine_;
+  ChatCliOptions o_;
+  std::unique_ptr<Session> session_;
+  chat::ThinkingMode thinking_;
+  bool ended_with_stop_ = true;  // last answer ended by a stop token (not evaluated yet)
+  std::FILE* trace_ = nullptr;
+
+ public:
+  // --dump-logprobs: one entry per generated token of every turn.
+  struct LogprobStep {
+    GeneratedToken token;
+  };
+  std::vector<LogprobStep> logprob_steps;
+};
+
+chat::ThinkingMode parse_thinking(const std::string& s);
+std::string format_stats(const TurnStats& s);
+
+}  // namespace ds4::tools
