@@ -140,6 +140,7 @@ TurnStats ChatRunner::turn(const std::string& user_text, std::FILE* out) {
     return st;
   }
 
+  const bool out_is_tty = isatty(fileno(out));
   GenerateOptions go;
   go.max_tokens = o_.n_predict;
   go.stop_at_stop_tokens = !o_.ignore_eos;
@@ -147,7 +148,16 @@ TurnStats ChatRunner::turn(const std::string& user_text, std::FILE* out) {
   if (!o_.dump_logprobs.empty()) go.logprobs_top_n = o_.logprobs_top_k;
   const auto g = session_->generate(go, [&](const GeneratedToken& t) {
     if (!t.is_stop) {
-      std::fwrite(t.piece.data(), 1, t.piece.size(), out);
+      if (out_is_tty) {
+        // Model output is untrusted: on a terminal, control bytes (other than tab and
+        // newline) could be escape sequences; show them as '?'.
+        std::string p = t.piece;
+        for (char& ch : p)
+          if ((static_cast<unsigned char>(ch) < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f) ch = '?';
+        std::fwrite(p.data(), 1, p.size(), out);
+      } else {
+        std::fwrite(t.piece.data(), 1, t.piece.size(), out);
+      }
       std::fflush(out);
     }
     if (go.logprobs_top_n >= 0) logprob_steps.push_back({t});
