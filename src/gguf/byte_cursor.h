@@ -40,7 +40,7 @@ class ByteCursor {
     uint64_t len = read<uint64_t>(what);
     if (len > remaining())
       fail_at(at, "{} length {} runs past end of file ({} bytes left)", what, len, remaining());
-    if (len > max_len) fail_at(at, "{} length {} exceeds the limit of {} bytes", what, len, max_len);
+    if (len > max_len) fail_at(at, "{} length {} exceeds the {} bytes allowed", what, len, max_len);
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), static_cast<size_t>(len));
     pos_ += len;
     return s;

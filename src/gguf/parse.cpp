@@ -62,13 +62,9 @@ class Parser {
     }
   }
 
+  // Strings count against a total budget, checked before the bytes are copied.
   std::string read_counted_string(const char* what) {
-    uint64_t budget = Limits::max_metadata_string_bytes - string_bytes_;
-    uint64_t at = c_.pos();
-    std::string s = c_.read_string(what, std::numeric_limits<uint64_t>::max());
-    if (s.size() > budget)
-      c_.fail_at(at, "{} would exceed the metadata string limit of {} bytes", what,
-                 Limits::max_metadata_string_bytes);
+    std::string s = c_.read_string(what, Limits::max_metadata_string_bytes - string_bytes_);
     string_bytes_ += s.size();
     return s;
   }

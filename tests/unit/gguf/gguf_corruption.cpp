@@ -4,7 +4,7 @@
 // duplicated ranges) are parsed in memory. Each must either be rejected with ds4::Error or be
 // accepted with every tensor inside the buffer, aligned, sized by its type and not overlapping.
 // Any other exception, a violated invariant, or a sanitizer report fails the run.
-//   gguf_corruption [iterations=120000] [seed=20260501]
+//   gguf_corruption [iterations=250000] [seed=20260501]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -147,7 +147,7 @@ std::string check_accepted(const File& f, const uint8_t* base, uint64_t size) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  uint64_t iterations = argc > 1 ? std::stoull(argv[1]) : 120000;
+  uint64_t iterations = argc > 1 ? std::stoull(argv[1]) : 250000;
   uint64_t seed = argc > 2 ? std::stoull(argv[2]) : 20260501;
   std::vector<Fixture> fixtures;
   for (const char* name : {"tiny.gguf", "nested.gguf"}) {

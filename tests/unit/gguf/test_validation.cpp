@@ -153,6 +153,14 @@ TEST(GgufValidation, ArrayItemLimit) {
   EXPECT_THAT(reject(g), AtOffset(41, "exceeds the limit of 4194304 metadata array items"));
 }
 
+TEST(GgufValidation, MetadataStringBudget) {
+  // A string longer than the total metadata string budget is refused before it is copied.
+  uint64_t n = Limits::max_metadata_string_bytes + 1;
+  GgufBytes g;
+  g.header(0, 1).str("k").u32(kTypeString).u64(n).zeros(n);
+  EXPECT_THAT(reject(g), AtOffset(37, "string value length 268435457 exceeds the 268435455 bytes allowed"));
+}
+
 TEST(GgufValidation, UnknownArrayElementType) {
   GgufBytes g;
   g.header(0, 1).str("k").u32(kTypeArray).u32(99).u64(0);
@@ -194,7 +202,7 @@ TEST(GgufValidation, EmptyTensorName) {
 
 TEST(GgufValidation, TensorNameLongerThanGgmlAllows) {
   EXPECT_THAT(reject(one_tensor(std::string(64, 'x'), {4}, kF32, 0, 16)),
-              AtOffset(24, "tensor name length 64 exceeds the limit of 63 bytes"));
+              AtOffset(24, "tensor name length 64 exceeds the 63 bytes allowed"));
   File ok = File::parse(one_tensor(std::string(63, 'x'), {4}, kF32, 0, 16).span(), "ok.gguf");
   EXPECT_EQ(ok.tensors()[0].name.size(), 63u);
 }
