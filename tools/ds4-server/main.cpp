@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -63,6 +64,7 @@ int main(int argc, char** argv) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);  // internal: wakes the signal thread at shutdown
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   try {
@@ -84,9 +86,12 @@ int main(int argc, char** argv) {
     so.default_max_tokens = std::min(tokens, model->n_ctx());
     ds4::server::HttpServer server(*model, worker, metrics, tools, so);
     int port = server.bind();
+    std::atomic<bool> signalled{false};
     std::thread signal_thread([&] {
       int sig = 0;
       sigwait(&stop_signals, &sig);
+      if (sig == SIGUSR1) return;
+      signalled = true;
       server.stop();
     });
     fmt::print(stderr, "ds4-server: {} ({} tokens of context) on http://{}:{}\n", engine->info().model_name,
@@ -97,9 +102,10 @@ int main(int argc, char** argv) {
     }
     server.listen();
     // listen() returned: stopped by a signal, or the listening socket failed. In the second
-    // case the signal thread still waits; a blocked SIGTERM aimed at it ends the wait.
-    pthread_kill(signal_thread.native_handle(), SIGTERM);
+    // case the signal thread still waits; SIGUSR1 aimed at it ends the wait.
+    if (!signalled) pthread_kill(signal_thread.native_handle(), SIGUSR1);
     signal_thread.join();
+    fmt::print(stderr, "ds4-server: stopped\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ds4-server: error: %s\n", e.what());
     return 1;

@@ -95,12 +95,12 @@ test('client disconnect mid-stream cancels the generation', async () => {
     const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST', path: '/v1/chat/completions', agent: false,
       headers: { 'content-type': 'application/json' } }, (res) => {
       let n = 0;
-      res.on('data', () => { if (++n === 3) { req.destroy(); resolve(); } });
+      res.on('data', () => { if (++n === 3) { req.destroy(); clearTimeout(timer); resolve(); } });
       res.on('error', () => {});
     });
     req.on('error', () => {});
     req.end(JSON.stringify(chatBody('And it came to pass', { max_tokens: 1900, stream: true })));
-    setTimeout(() => reject(new Error('no data')), 20000);
+    const timer = setTimeout(() => reject(new Error('no data')), 20000);
   });
   // The worker notices before its next token; wait until the job is gone.
   let m1;
