@@ -1,4 +1,5 @@
 // ds4-gguf: GGUF file utility. Dispatches `ds4-gguf <command> ...` to the registered subcommands.
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -42,7 +43,9 @@ const char* cpu_avx2() {
 
 void print_usage(std::FILE* out) {
   fmt::print(out, "usage: ds4-gguf <command> [args]\n       ds4-gguf --version | --help\n\ncommands:\n");
-  for (const auto& c : ds4::tools::commands()) fmt::print(out, "  {:<10} {}\n", c.name, c.usage);
+  size_t w = 0;
+  for (const auto& c : ds4::tools::commands()) w = std::max(w, c.name.size());
+  for (const auto& c : ds4::tools::commands()) fmt::print(out, "  {:<{}}  {}\n", c.name, w, c.usage);
 }
 
 }  // namespace
