@@ -131,6 +131,8 @@ class File {
 // declared order. Data offsets are aligned to `general.alignment` (default 32; set it with
 // add_kv before write_header to change it). The file is written to "<path>.tmp" and renamed
 // over <path> by finish(), so a failed conversion never leaves a half file under the name.
+// Any error (ds4::Error naming <path>) or destruction before finish() deletes the .tmp file;
+// after an error the Writer refuses further calls.
 class Writer {
  public:
   explicit Writer(std::string path);
