@@ -190,7 +190,12 @@ void Writer::add_kv(std::string key, Value value) {
   w.require(Impl::State::Declaring, "add_kv");
   if (key.empty()) w.error("metadata key is empty");
   if (w.keys.count(key)) w.error("duplicate metadata key '{}'", key);
-  check_value(value, 0, fmt::format("{}: key '{}'", w.path, key));
+  try {
+    check_value(value, 0, fmt::format("{}: key '{}'", w.path, key));
+  } catch (const Error&) {
+    w.abandon();
+    throw;
+  }
   if (key == kAlignmentKey) {
     if (value.type != ValueType::U32) w.error("{} must be u32, got {}", kAlignmentKey, describe_type(value));
     uint64_t a = std::get<uint64_t>(value.v);
