@@ -26,7 +26,8 @@ class ResponsesWriter final : public ApiWriter {
 
   std::string begin() override {
     json r = response("in_progress");
-    return event("response.created", json{{"response", r}}) + event("response.in_progress", json{{"response", r}});
+    std::string out = event("response.created", json{{"response", r}});  // sequence numbers in order
+    return out + event("response.in_progress", json{{"response", r}});
   }
   std::string keepalive() override { return ": keepalive\n\n"; }
   std::string stream_error(int status, const std::string& message) override {

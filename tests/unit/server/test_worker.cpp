@@ -1,0 +1,214 @@
+// The inference worker over a fake byte-level model: prefix reuse, stop sequences, max
+// tokens, DSML tool calls (events, argument deltas, recorded block, greedy structure),
+// cancellation and queue withdrawal.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "chat/markers.h"
+#include "server/worker.h"
+
+namespace ds4::server {
+namespace {
+
+constexpr int32_t kEos = 256;
+
+// Token = one byte (id = byte value), plus EOS = 256. "Generation" replays `script` and then
+// EOS. Records each sampling call's temperature override and the tokens evaluated.
+class FakeModel : public InferenceModel {
+ public:
+  std::string script;
+  std::vector<std::optional<float>> temperatures;
+  int64_t evaluated = 0;
+  std::atomic<int> sampled{0};
+  int sample_delay_ms = 0;
+
+  int64_t n_ctx() const override { return 1 << 16; }
+  std::vector<int32_t> encode(std::string_view text, bool) const override {
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+  }
+  std::string piece(int32_t id) const override { return id == kEos ? std::string() : std::string(1, static_cast<char>(id)); }
+  bool is_stop(int32_t id) const override { return id == kEos; }
+  std::string model_name() const override { return "fake"; }
+  const std::vector<int32_t>& tokens() const override { return tokens_; }
+  SyncStats sync(std::span<const int32_t> t, const std::atomic<bool>*) override {
+    size_t common = 0;
+    while (common < tokens_.size() && common < t.size() && tokens_[common] == t[common]) ++common;
+    tokens_.assign(t.begin(), t.end());
+    evaluated += static_cast<int64_t>(t.size() - common);
+    pos_ = 0;
+    return SyncStats{static_cast<int64_t>(common), static_cast<int64_t>(t.size() - common), false, 0};
+  }
+  void set_sampler(const SamplerConfig&) override {}
+  int32_t sample(const SampleOptions& o) override {
+    if (sample_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(sample_delay_ms));
+    temperatures.push_back(o.temperature);
+    ++sampled;
+    return pos_ < script.size() ? static_cast<unsigned char>(script[pos_++]) : kEos;
+  }
+  Logprobs logprobs(int32_t chosen, int32_t n_top) const override {
+    Logprobs lp;
+    lp.chosen = {chosen, -0.5f};
+    for (int i = 0; i < n_top; ++i) lp.top.push_back({chosen, -0.5f});
+    return lp;
+  }
+  void append(int32_t id) override {
+    tokens_.push_back(id);
+    ++evaluated;
+  }
+
+ private:
+  std::vector<int32_t> tokens_;
+  size_t pos_ = 0;
+};
+
+struct Harness {
+  FakeModel model;
+  Metrics metrics;
+  SharedToolCache tools{16};
+  std::unique_ptr<Worker> worker;
+  Harness() { worker = std::make_unique<Worker>(model, WorkerOptions{}, metrics, tools); }
+
+  std::shared_ptr<Job> job(const std::string& prompt, bool chat, int64_t max_tokens = 1000) {
+    auto j = std::make_shared<Job>();
+    j->req.api = ApiKind::Chat;
+    if (chat) j->req.conversation = chat::Conversation{};
+    j->prompt_text = prompt;
+    j->prompt = model.encode(prompt, true);
+    j->max_tokens = max_tokens;
+    return j;
+  }
+  std::vector<GenEvent> run(const std::shared_ptr<Job>& j) {
+    EXPECT_TRUE(worker->submit(j));
+    j->wait_finished();
+    std::vector<GenEvent> evs;
+    j->wait_events(evs, std::chrono::milliseconds(0));
+    return evs;
+  }
+};
+
+std::string joined(const std::vector<GenEvent>& evs, GenEvent::Kind k) {
+  std::string s;
+  for (const auto& e : evs) {
+    if (e.kind == k) s += e.text;
+  }
+  return s;
+}
+
+TEST(ServerWorker, RawTextStopSequenceAndPrefixReuse) {
+  Harness h;
+  h.model.script = "hello STOP world";
+  auto j = h.job("PROMPT", false);
+  j->req.stop = {"STOP"};
+  auto evs = h.run(j);
+  EXPECT_EQ(joined(evs, GenEvent::Kind::Text), "hello ");
+  ASSERT_EQ(evs.back().kind, GenEvent::Kind::Done);
+  EXPECT_EQ(evs.back().finish, Finish::StopSequence);
+  EXPECT_EQ(evs.back().stop_sequence, "STOP");
+  EXPECT_EQ(evs.back().usage.prompt_tokens, 6);
+  EXPECT_EQ(evs.back().usage.cached_tokens, 0);
+  EXPECT_EQ(evs.back().usage.completion_tokens, 10);  // through the 'P' of STOP
+
+  // The next prompt extends what the session holds: prompt + sampled tokens (the last one
+  // sampled was never evaluated).
+  h.model.script = "ok";
+  auto j2 = h.job("PROMPThello STOP and more", false);
+  auto evs2 = h.run(j2);
+  EXPECT_EQ(evs2.back().usage.cached_tokens, 6 + 9);
+  EXPECT_EQ(evs2.back().finish, Finish::Stop);
+  EXPECT_EQ(joined(evs2, GenEvent::Kind::Text), "ok");
+}
+
+TEST(ServerWorker, MaxTokens) {
+  Harness h;
+  h.model.script = "abcdefgh";
+  auto evs = h.run(h.job("p", false, 3));
+  EXPECT_EQ(joined(evs, GenEvent::Kind::Text), "abc");
+  EXPECT_EQ(evs.back().finish, Finish::Length);
+  EXPECT_EQ(evs.back().usage.completion_tokens, 3);
+}
+
+TEST(ServerWorker, ReasoningThenToolCall) {
+  Harness h;
+  const std::string block =
+      "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get\">\n"
+      "<｜DSML｜parameter name=\"city\" string=\"true\">Par\"is</｜DSML｜parameter>\n"
+      "<｜DSML｜parameter name=\"n\" string=\"false\">3</｜DSML｜parameter>\n"
+      "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  h.model.script = "hmm</think>Sure." + block + "IGNORED";
+  auto j = h.job("<｜User｜>q<｜Assistant｜><think>", true);
+  j->starts_in_reasoning = true;
+  auto evs = h.run(j);
+  EXPECT_EQ(joined(evs, GenEvent::Kind::Reasoning), "hmm");
+  EXPECT_EQ(joined(evs, GenEvent::Kind::Text), "Sure.");
+  std::string id, args, end_args;
+  for (const auto& e : evs) {
+    if (e.kind == GenEvent::Kind::ToolStart) {
+      id = e.tool_id;
+      EXPECT_EQ(e.tool_name, "get");
+    }
+    if (e.kind == GenEvent::Kind::ToolArgs) args += e.text;
+    if (e.kind == GenEvent::Kind::ToolEnd) end_args = e.text;
+  }
+  EXPECT_EQ(id.rfind("call_", 0), 0u);
+  EXPECT_EQ(id.size(), 5u + 24u);
+  EXPECT_EQ(end_args, "{\"city\": \"Par\\\"is\", \"n\": 3}");
+  EXPECT_EQ(args, end_args);
+  EXPECT_EQ(evs.back().finish, Finish::ToolCalls);
+  EXPECT_EQ(evs.back().usage.reasoning_tokens, static_cast<int64_t>(std::string("hmm</think>").size()));
+  // Generation stopped at the end of the block.
+  EXPECT_EQ(evs.back().usage.completion_tokens,
+            static_cast<int64_t>(std::string("hmm</think>Sure.").size() + block.size()));
+  // The sampled block is recorded for replay under the call id.
+  EXPECT_EQ(h.tools.get_all({id}), std::optional<std::string>(block));
+  // Greedy (temperature 0) exactly while inside structure. Not greedy: everything up to the
+  // complete opening tag (a block cannot be known before it), and each parameter value
+  // together with its closing tag (the value's end is only known once the tag is complete).
+  size_t greedy = 0;
+  for (const auto& t : h.model.temperatures) greedy += t.has_value() && *t == 0.0f;
+  size_t lead = std::string("hmm</think>Sure.").size() + std::string("\n\n<｜DSML｜tool_calls>").size();
+  size_t total = h.model.temperatures.size();
+  EXPECT_EQ(total, lead + block.size() - std::string("\n\n<｜DSML｜tool_calls>").size());
+  std::string pattern;
+  for (const auto& t : h.model.temperatures) pattern += t.has_value() && *t == 0.0f ? '1' : '0';
+  const size_t close = chat::mark::kParamClose.size();
+  EXPECT_EQ(greedy, total - lead - (std::string("Par\"is").size() + close) - (1 + close)) << pattern;
+}
+
+TEST(ServerWorker, CancelStopsBeforeTheNextToken) {
+  Harness h;
+  h.model.script = std::string(500, 'x');
+  h.model.sample_delay_ms = 2;
+  auto j = h.job("p", false);
+  std::atomic<int>* sampled = &h.model.sampled;
+  j->client_gone = [sampled] { return sampled->load() >= 5; };
+  auto evs = h.run(j);
+  EXPECT_EQ(evs.back().finish, Finish::Cancelled);
+  EXPECT_EQ(h.model.sampled.load(), 5);  // polled before each token
+  EXPECT_EQ(evs.back().usage.completion_tokens, 5);
+}
+
+TEST(ServerWorker, WithdrawQueuedJob) {
+  Harness h;
+  h.model.script = std::string(200, 'y');
+  h.model.sample_delay_ms = 2;
+  auto busy = h.job("a", false);
+  ASSERT_TRUE(h.worker->submit(busy));
+  auto queued = h.job("b", false);
+  ASSERT_TRUE(h.worker->submit(queued));
+  EXPECT_TRUE(h.worker->withdraw(queued));
+  EXPECT_TRUE(queued->finished());
+  std::vector<GenEvent> evs;
+  queued->wait_events(evs, std::chrono::milliseconds(0));
+  ASSERT_EQ(evs.size(), 1u);
+  EXPECT_EQ(evs[0].finish, Finish::Cancelled);
+  busy->cancel = true;
+  busy->wait_finished();
+  EXPECT_FALSE(h.worker->withdraw(busy));
+}
+
+}  // namespace
+}  // namespace ds4::server
