@@ -68,6 +68,7 @@ class In {
   void get_vec(std::vector<T>& out, uint64_t count, const char* what) {
     if (count > (b_.size() - at_) / sizeof(T)) truncated(what);
     out.resize(static_cast<size_t>(count));
+    if (count == 0) return;  // out.data() may be null
     std::memcpy(out.data(), b_.data() + at_, static_cast<size_t>(count) * sizeof(T));
     at_ += static_cast<size_t>(count) * sizeof(T);
   }

@@ -1,13 +1,15 @@
 // Session payloads: save at N tokens, load into a fresh session, continue: identical to the
 // uninterrupted run (logits, state bytes, sampled tokens). Bad payloads fail with clear errors.
+#include <xxhash.h>
+
+#include <cstring>
 #include <fstream>
 
 #include "session_fixture.h"
 
 namespace ds4::test {
-namespace {
 
-std::string error_of(const std::function<void()>& f) {
+inline std::string error_of(const std::function<void()>& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -15,6 +17,8 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
+
+namespace {
 
 TEST(Payload, ContinuingFromALoadedPayloadEqualsTheUninterruptedRun) {
   auto e = open_engine();
@@ -115,6 +119,64 @@ TEST(Payload, RejectsOtherModelsAndDamagedBytesLeavingTheSessionUnchanged) {
   EXPECT_THROW(small->load_payload(good), ContextOverflow);
 
   EXPECT_TRUE(b->save_payload() == before);
+}
+
+}  // namespace
+}  // namespace ds4::test
+
+namespace ds4::test {
+namespace {
+
+// Payload bytes with the trailing checksum recomputed, so the structural checks (not the
+// checksum) must catch the damage.
+std::vector<uint8_t> resealed(std::vector<uint8_t> p) {
+  const uint64_t h = XXH64(p.data(), p.size() - 8, 0);
+  std::memcpy(p.data() + p.size() - 8, &h, 8);
+  return p;
+}
+
+TEST(Payload, StructuralDamageBehindAValidChecksumIsRejected) {
+  auto e = open_engine();
+  auto a = e->new_session();
+  a->eval(random_tokens(21, 5));
+  const auto good = a->save_payload();
+  auto b = e->new_session();
+  // Header layout (docs/FORMATS.md): magic 0, version 8, reserved 12, hash 16, shapes 24..47,
+  // n_pos 48, n_ctx 56, rng 64..79, tokens 80...
+  auto huge = good;
+  const uint64_t big = 1ull << 60;
+  std::memcpy(huge.data() + 48, &big, 8);
+  EXPECT_NE(error_of([&] { b->load_payload(resealed(huge)); }).find("context overflow"), std::string::npos);
+  auto longer = good;
+  const uint64_t n22 = 22;  // one token more than the bytes hold
+  std::memcpy(longer.data() + 48, &n22, 8);
+  EXPECT_NE(error_of([&] { b->load_payload(resealed(longer)); }).find("session payload"), std::string::npos);
+  auto shape = good;
+  shape[28] ^= 1;  // n_vocab
+  EXPECT_NE(error_of([&] { b->load_payload(resealed(shape)); }).find("n_vocab is"), std::string::npos);
+  auto token = good;
+  const int32_t bad_id = 5000;
+  std::memcpy(token.data() + 80 + 4 * 3, &bad_id, 4);
+  EXPECT_NE(error_of([&] { b->load_payload(resealed(token)); }).find("token 5000 at index 3"), std::string::npos);
+  auto extra = good;
+  extra.insert(extra.end() - 8, 4, uint8_t{0});
+  EXPECT_NE(error_of([&] { b->load_payload(resealed(extra)); }).find("4 unexpected bytes"), std::string::npos);
+
+  // Random damage anywhere: either a clean ds4::Error or (a changed float) a successful load;
+  // never a crash (this test also runs under ASan + UBSan: session_asan).
+  std::mt19937 g(9);
+  int rejected = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto p = good;
+    const int flips = 1 + static_cast<int>(g() % 4);
+    for (int f = 0; f < flips; ++f) p[g() % (p.size() - 8)] ^= static_cast<uint8_t>(1u << (g() % 8));
+    try {
+      b->load_payload(resealed(p));
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
 }
 
 }  // namespace
