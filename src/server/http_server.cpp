@@ -104,7 +104,12 @@ struct HttpServer::Impl {
       switch (res.status) {
         case 404: msg = "no route for " + req.method + " " + req.path; break;
         case 413: msg = "request body is larger than the limit of " + std::to_string(opts.max_body_bytes) + " bytes"; break;
-        case 400: msg = "malformed HTTP request"; break;
+        case 400:
+          // cpp-httplib 0.11 answers 400 (not 413) when a chunked body passes the limit.
+          msg = req.get_header_value("Transfer-Encoding") == "chunked"
+                    ? "malformed chunked body, or larger than the limit of " + std::to_string(opts.max_body_bytes) + " bytes"
+                    : "malformed HTTP request";
+          break;
         default: msg = "HTTP error " + std::to_string(res.status); break;
       }
       res.set_content(dump(error_body(api, res.status, msg)), "application/json");

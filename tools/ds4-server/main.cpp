@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -84,6 +85,11 @@ int main(int argc, char** argv) {
     wo.record_tool_blocks = !no_replay;
     ds4::server::Worker worker(*model, wo, metrics, tools);
     so.default_max_tokens = std::min(tokens, model->n_ctx());
+    // Also answer to the model's own name (what a client may pick from /v1/models).
+    const std::string own = engine->info().model_name;
+    if (!own.empty() && std::find(so.model_ids.begin(), so.model_ids.end(), own) == so.model_ids.end()) {
+      so.model_ids.push_back(own);
+    }
     ds4::server::HttpServer server(*model, worker, metrics, tools, so);
     int port = server.bind();
     std::atomic<bool> signalled{false};
