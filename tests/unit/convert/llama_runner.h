@@ -1,9 +1,10 @@
 #pragma once
 // Runs a GGUF through llama.cpp v0.5.0 (the prebuilt libllama from npm @node-llama-cpp, dlopened)
 // and returns float32 logits for every position: an independent engine to check converted
-// files against. Only the llama.h entry points whose layout is stable are used: the parameter
-// structs are taken from llama_*_default_params() into oversized buffers and only their leading
-// fields (n_ctx, n_batch, n_ubatch) are changed; llama_batch is the long-stable 7-field struct.
+// files against. The parameter structs are taken from llama_*_default_params() into oversized
+// buffers and only a few fields are changed, at the byte offsets of the v0.5.0 llama.h
+// llama_context_params (checked against the defaults before use, see set_context_fields);
+// llama_batch is the long-stable 7-field struct.
 #include <dlfcn.h>
 
 #include <cstdint>
@@ -15,6 +16,16 @@
 #include "../../common/ggml_lib.h"
 
 namespace ds4::test {
+
+// Context settings that change llama.cpp's numerics. The defaults of llama.cpp v0.5.0 are an F16
+// KV cache (every DeepSeek V4 cache: raw/SWA, CSA, HCA and indexer rows) and flash attention
+// "auto" (on for the CPU backend).
+struct LlamaOptions {
+  enum class Kv { F16, F32 };
+  Kv kv = Kv::F16;
+  int32_t flash_attn = -1;  // LLAMA_FLASH_ATTN_TYPE_AUTO -1, DISABLED 0, ENABLED 1
+  int32_t n_threads = 2;
+};
 
 class LlamaRunner {
  public:
@@ -40,7 +51,7 @@ class LlamaRunner {
   // Logits [n_tokens][n_vocab] for `tokens` at positions 0..n-1: one batch (prefill) or one
   // token per llama_decode call (incremental).
   std::vector<float> logits(const std::string& gguf, const std::vector<int32_t>& tokens, bool incremental,
-                            int32_t* n_vocab_out) {
+                            int32_t* n_vocab_out, const LlamaOptions& opt = {}) {
     Params mp{};
     mp = fn<Params (*)()>(llama_, "llama_model_default_params")();
     void* model = fn<void* (*)(const char*, Params)>(llama_, "llama_model_load_from_file")(gguf.c_str(), mp);
@@ -56,6 +67,7 @@ class LlamaRunner {
     std::memcpy(cp.bytes + 0, &n_ctx, 4);  // n_ctx
     std::memcpy(cp.bytes + 4, &n, 4);      // n_batch
     std::memcpy(cp.bytes + 8, &n, 4);      // n_ubatch
+    set_context_fields(cp, opt);
     void* ctx = fn<void* (*)(void*, Params)>(llama_, "llama_init_from_model")(model, cp);
     if (!ctx) {
       fn<void (*)(void*)>(llama_, "llama_model_free")(model);
@@ -99,6 +111,32 @@ class LlamaRunner {
   }
 
  private:
+  // Byte offsets in the v0.5.0 llama_context_params (x86-64): nine 32-bit counts, five enums,
+  // seven floats + yarn_orig_ctx + defrag_thold, then cb_eval and its user data (8-byte
+  // pointers at 88 and 96), then type_k, type_v. Computed with offsetof() on that release's
+  // include/llama.h; the default values found there are checked so that a different layout
+  // fails loudly instead of silently setting the wrong fields.
+  static constexpr size_t kOffNThreads = 28, kOffNThreadsBatch = 32, kOffFlashAttn = 52, kOffTypeK = 104,
+                          kOffTypeV = 108;
+  struct Params;
+  static int32_t get_i32(const Params& p, size_t off) {
+    int32_t v;
+    std::memcpy(&v, p.bytes + off, 4);
+    return v;
+  }
+  static void set_i32(Params& p, size_t off, int32_t v) { std::memcpy(p.bytes + off, &v, 4); }
+  static void set_context_fields(Params& cp, const LlamaOptions& opt) {
+    constexpr int32_t kGgmlF32 = 0, kGgmlF16 = 1;
+    if (get_i32(cp, kOffTypeK) != kGgmlF16 || get_i32(cp, kOffTypeV) != kGgmlF16 || get_i32(cp, kOffFlashAttn) != -1 ||
+        get_i32(cp, kOffNThreads) != 4 || get_i32(cp, kOffNThreadsBatch) != 4)
+      throw std::runtime_error("llama_context_default_params has an unexpected layout (not llama.cpp v0.5.0?)");
+    const int32_t t = opt.kv == LlamaOptions::Kv::F32 ? kGgmlF32 : kGgmlF16;
+    set_i32(cp, kOffTypeK, t);
+    set_i32(cp, kOffTypeV, t);
+    set_i32(cp, kOffFlashAttn, opt.flash_attn);
+    set_i32(cp, kOffNThreads, opt.n_threads);
+    set_i32(cp, kOffNThreadsBatch, opt.n_threads);
+  }
   // Larger than llama_model_params / llama_context_params of any recent llama.h; returned and
   // passed by value (in memory on x86-64), so the library reads only its own prefix.
   struct Params {
