@@ -133,7 +133,8 @@ test('client disconnect mid-stream cancels the generation', async () => {
 });
 
 test('auth, CORS, keepalives during a slow prefill', async () => {
-  const s2 = await startServer(['--api-key', 'sekrit', '--cors', '--debug-prefill-delay-ms', '25', '--sse-keepalive-ms', '100']);
+  const s2 = await startServer(['--api-key', 'sekrit', '--cors', '--debug-prefill-delay-ms', '25', '--sse-keepalive-ms', '100',
+    '--max-queue', '1']);
   try {
     assertOpenAiError(await request(s2, 'POST', '/v1/chat/completions', chatBody('x')), 401);
     assertAnthropicError(await request(s2, 'POST', '/v1/messages', { max_tokens: 2, messages: [{ role: 'user', content: 'x' }] }),
@@ -178,6 +179,18 @@ test('auth, CORS, keepalives during a slow prefill', async () => {
     }
     assert.equal(m1.ds4_cancelled_total, m0.ds4_cancelled_total + 1);
     assert.equal(m1.ds4_generated_tokens_total, m0.ds4_generated_tokens_total);
+
+    // Queue full → 503: one job prefilling slowly, one queued, the third is refused.
+    const auth = { authorization: 'Bearer sekrit' };
+    const slow = (text) => request(s2, 'POST', '/v1/chat/completions', chatBody(text, { max_tokens: 1 }), auth);
+    const a = slow('For God so loved the world, that he gave his only begotten Son.');
+    await sleep(150);
+    const b = slow('Jesus wept, and the people marvelled at the words of his mouth.');
+    await sleep(100);
+    const c = await request(s2, 'POST', '/v1/chat/completions', chatBody('third', { max_tokens: 1 }), auth);
+    assertOpenAiError(c, 503, { match: /queue is full/ });
+    assert.equal((await a).status, 200);
+    assert.equal((await b).status, 200);
   } finally {
     assert.equal(await s2.stop(), 0);
   }

@@ -45,6 +45,7 @@ export async function startServer(extraArgs = []) {
       const t = setTimeout(() => proc.kill('SIGKILL'), 10000);
       const code = await done;
       clearTimeout(t);
+      if (code !== 0) process.stderr.write(`ds4-server exited with ${code}; its stderr:\n${stderr}\n`);
       fs.rmSync(dir, { recursive: true, force: true });
       return code;
     },
