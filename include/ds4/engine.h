@@ -35,8 +35,8 @@ struct EngineOptions {
   std::string backend = "cpu";  // "cpu"; "cuda" throws "not built with CUDA support"
   int threads = 0;              // compute threads; <= 0: all hardware threads
   // Context size (tokens) of new sessions; 0: the model's training context
-  // (deepseek4.context_length). Values above the training context are allowed (the model
-  // has no hard limit) but noted in the memory plan.
+  // (deepseek4.context_length), or 4096 for a file without it. Values above the training
+  // context are allowed: nothing in the model enforces a limit, quality is another matter.
   int64_t ctx_size = 0;
   // FP8 KV rounding and Hadamard+FP4 indexer rounding (spec §5.2-5.4), as the official
   // implementation does. Off reproduces transformers' float-only math.

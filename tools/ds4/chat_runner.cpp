@@ -60,6 +60,10 @@ ChatRunner::ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOption
   }
 }
 
+ChatRunner::~ChatRunner() {
+  if (trace_) std::fclose(trace_);
+}
+
 void ChatRunner::trace(const std::string& line) const {
   if (!trace_) return;
   std::fputs(line.c_str(), trace_);

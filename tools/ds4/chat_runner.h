@@ -32,6 +32,9 @@ void restore_default_interrupt();
 class ChatRunner {
  public:
   ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOptions& o);
+  ~ChatRunner();
+  ChatRunner(const ChatRunner&) = delete;
+  ChatRunner& operator=(const ChatRunner&) = delete;
 
   // Appends a user turn (chat template) or raw text (--raw), prefills it and generates the
   // answer, streaming it to `out`.
