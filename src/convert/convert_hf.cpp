@@ -212,7 +212,7 @@ ConvertReport convert_hf(const ConvertOptions& o) {
   for (const auto& p : plan)
     if (!p.note.empty()) rep.notes.push_back(p.name + ": " + p.note);
 
-  Vocab vocab;
+  tokenizer::Vocab vocab;
   const fs::path tok = dir / "tokenizer.json";
   if (fs::exists(tok)) {
     vocab = vocab_from_tokenizer_json(tok.string(), shape.vocab);
@@ -224,7 +224,7 @@ ConvertReport convert_hf(const ConvertOptions& o) {
 
   gguf::Writer w(o.out_path);
   add_model_metadata(w, shape);
-  add_vocab_metadata(w, vocab, shape);
+  add_vocab_metadata(w, std::move(vocab), shape);
   for (const auto& p : plan) w.add_tensor(p.name, p.type, p.ne);
   w.write_header();
 

@@ -2,12 +2,11 @@
 // files store them (u32 counts, f32 floats, i32 ratio array, f32 clamp array).
 #include "convert/metadata.h"
 
-#include <nlohmann/json.hpp>
-
-#include <fstream>
-#include <sstream>
+#include <algorithm>
 
 #include "core/error.h"
+#include "ds4/tokenizer.h"
+#include "tokenizer/byte_level.h"
 
 namespace ds4::convert {
 
@@ -16,102 +15,36 @@ using gguf::ValueType;
 
 namespace {
 
-std::string utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    s += static_cast<char>(0xC0 | (cp >> 6));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    s += static_cast<char>(0xE0 | (cp >> 12));
-    s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    s += static_cast<char>(0x80 | (cp & 0x3F));
+// Unused filler text, the same as tokenizer::vocab_from_hf_json uses for gaps in the id space.
+std::string pad_token(uint32_t id) { return fmt::format("[PAD{}]", id); }
+
+void pad_to(tokenizer::Vocab& v, uint32_t vocab_size) {
+  for (uint32_t id = static_cast<uint32_t>(v.tokens.size()); id < vocab_size; ++id) {
+    v.tokens.push_back(pad_token(id));
+    v.types.push_back(tokenizer::TokenType::Unused);
   }
-  return s;
 }
-
-// Byte -> code point of the GPT-2 byte-level BPE alphabet: printable bytes map to themselves,
-// the other 68 to 256, 257, ... in byte order (spec §9.1).
-uint32_t byte_code_point(uint32_t b) {
-  auto printable = [](uint32_t x) { return (x >= 33 && x <= 126) || (x >= 161 && x <= 172) || (x >= 174 && x <= 255); };
-  if (printable(b)) return b;
-  uint32_t n = 0;
-  for (uint32_t x = 0; x < b; ++x)
-    if (!printable(x)) ++n;
-  return 256 + n;
-}
-
-std::string unused_token(uint32_t id) { return fmt::format("<|ds4_unused_{}|>", id); }
 
 }  // namespace
 
-Vocab byte_vocab(uint32_t vocab_size) {
-  Vocab v;
-  for (uint32_t i = 0; i < vocab_size; ++i) {
-    if (i < 256) {
-      v.tokens.push_back(utf8(byte_code_point(i)));
-      v.token_types.push_back(1);
-    } else {
-      v.tokens.push_back(unused_token(i));
-      v.token_types.push_back(5);
-    }
+tokenizer::Vocab byte_vocab(uint32_t vocab_size) {
+  const auto& bl = tokenizer::ByteLevel::get();
+  tokenizer::Vocab v;
+  for (uint32_t b = 0; b < std::min<uint32_t>(vocab_size, 256); ++b) {
+    v.tokens.push_back(bl.byte_to_utf8[b]);
+    v.types.push_back(tokenizer::TokenType::Normal);
   }
+  pad_to(v, vocab_size);
   return v;
 }
 
-Vocab vocab_from_tokenizer_json(const std::string& path, uint32_t vocab_size) {
-  std::ifstream in(path);
-  if (!in) fail("cannot open {}", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: not valid JSON: {}", path, e.what());
-  }
-  if (!j.contains("model") || !j["model"].is_object()) fail("{}: no 'model' object", path);
-  const auto& m = j["model"];
-  if (!m.contains("type") || m["type"] != "BPE") fail("{}: model.type is not \"BPE\"", path);
-  if (!m.contains("vocab") || !m["vocab"].is_object()) fail("{}: model.vocab is not an object", path);
-
-  Vocab v;
-  v.tokens.assign(vocab_size, "");
-  v.token_types.assign(vocab_size, 0);
-  auto put = [&](const std::string& tok, const nlohmann::json& idj, int32_t type, const char* where) {
-    if (!idj.is_number_unsigned()) fail("{}: {} '{}' has a non-integer id", path, where, tok);
-    uint64_t id = idj.get<uint64_t>();
-    if (id >= vocab_size) fail("{}: {} '{}' has id {}, beyond vocab_size {}", path, where, tok, id, vocab_size);
-    v.tokens[id] = tok;
-    v.token_types[id] = type;
-  };
-  for (auto it = m["vocab"].begin(); it != m["vocab"].end(); ++it) put(it.key(), it.value(), 1, "model.vocab token");
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& a : j["added_tokens"]) {
-      if (!a.is_object() || !a.contains("content") || !a["content"].is_string() || !a.contains("id"))
-        fail("{}: malformed added_tokens entry {}", path, a.dump());
-      bool special = a.value("special", false);
-      put(a["content"].get<std::string>(), a["id"], special ? 3 : 4, "added token");
-    }
-  }
-  for (uint32_t i = 0; i < vocab_size; ++i)
-    if (v.token_types[i] == 0) {
-      v.tokens[i] = unused_token(i);
-      v.token_types[i] = 5;
-    }
-  if (m.contains("merges")) {
-    if (!m["merges"].is_array()) fail("{}: model.merges is not an array", path);
-    for (const auto& e : m["merges"]) {
-      if (e.is_string()) {
-        v.merges.push_back(e.get<std::string>());
-      } else if (e.is_array() && e.size() == 2 && e[0].is_string() && e[1].is_string()) {
-        v.merges.push_back(e[0].get<std::string>() + " " + e[1].get<std::string>());
-      } else {
-        fail("{}: malformed merge {}", path, e.dump());
-      }
-    }
-  }
+tokenizer::Vocab vocab_from_tokenizer_json(const std::string& path, uint32_t vocab_size) {
+  tokenizer::Vocab v = tokenizer::vocab_from_hf_json(path, /*v4_specials=*/false);
+  // The embedding has vocab_size rows; a token beyond them could be produced but not embedded.
+  if (v.tokens.size() > vocab_size)
+    fail("{}: token '{}' has id {}, beyond vocab_size {} of config.json", path, v.tokens.back(),
+         v.tokens.size() - 1, vocab_size);
+  pad_to(v, vocab_size);
   return v;
 }
 
@@ -169,19 +102,16 @@ void add_model_metadata(gguf::Writer& w, const ModelShape& s) {
   f32("rope.scaling.yarn_beta_slow", s.yarn.beta_slow);
 }
 
-void add_vocab_metadata(gguf::Writer& w, const Vocab& v, const ModelShape& s) {
+void add_vocab_metadata(gguf::Writer& w, tokenizer::Vocab v, const ModelShape& s) {
   if (v.tokens.size() != s.vocab)
     fail("vocabulary has {} tokens, the model's vocab_size is {}", v.tokens.size(), s.vocab);
-  w.add_kv("tokenizer.ggml.model", Value::string(v.model));
-  w.add_kv("tokenizer.ggml.pre", Value::string(v.pre));
-  w.add_kv("tokenizer.ggml.tokens", Value::string_array(v.tokens));
-  std::vector<Value> types;
-  types.reserve(v.token_types.size());
-  for (int32_t t : v.token_types) types.push_back(Value::i32(t));
-  w.add_kv("tokenizer.ggml.token_type", Value::array(ValueType::I32, std::move(types)));
-  w.add_kv("tokenizer.ggml.merges", Value::string_array(v.merges));
-  if (s.bos_id) w.add_kv("tokenizer.ggml.bos_token_id", Value::u32(*s.bos_id));
-  if (s.eos_id) w.add_kv("tokenizer.ggml.eos_token_id", Value::u32(*s.eos_id));
+  if (s.bos_id) v.bos = static_cast<int32_t>(*s.bos_id);
+  if (s.eos_id) v.eos = static_cast<int32_t>(*s.eos_id);
+  v.validate("vocabulary for GGUF");
+  // Build the tokenizer once, as `ds4-gguf vocab-from-hf` does: it refuses merges that name
+  // unknown tokens, which would otherwise only surface when the GGUF is loaded.
+  (void)Tokenizer::from_vocab(v, "vocabulary for GGUF");
+  tokenizer::vocab_to_gguf(v, w);
 }
 
 }  // namespace ds4::convert
