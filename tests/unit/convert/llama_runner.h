@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,6 +26,10 @@ struct LlamaOptions {
   Kv kv = Kv::F16;
   int32_t flash_attn = -1;  // LLAMA_FLASH_ATTN_TYPE_AUTO -1, DISABLED 0, ENABLED 1
   int32_t n_threads = 2;
+  // When set, receives the indexer's selected compressed rows of each ratio-4 layer: the graph
+  // tensor llama.cpp names "lid_top_k-<layer>", [n_tokens][top_k] int32 row indices (in no
+  // particular order), keyed by that name. Read through the scheduler's eval callback.
+  std::map<std::string, std::vector<int32_t>>* top_k = nullptr;
 };
 
 class LlamaRunner {
@@ -35,6 +40,12 @@ class LlamaRunner {
     if (!ggml_) throw std::runtime_error(std::string("dlopen libggml: ") + dlerror());
     llama_ = dlopen((dir + "/libllama.v0.5.0.so").c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!llama_) throw std::runtime_error(std::string("dlopen libllama: ") + dlerror());
+    void* base = dlopen((dir + "/libggml-base.so").c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!base) throw std::runtime_error(std::string("dlopen libggml-base: ") + dlerror());
+    get_name_ = fn<const char* (*)(const void*)>(base, "ggml_get_name");
+    get_data_ = fn<void* (*)(const void*)>(base, "ggml_get_data");
+    nelements_ = fn<int64_t (*)(const void*)>(base, "ggml_nelements");
+    nbytes_ = fn<size_t (*)(const void*)>(base, "ggml_nbytes");
     static bool backends = [&] {
       fn<void (*)(const char*)>(ggml_, "ggml_backend_load_all_from_path")(dir.c_str());
       fn<void (*)(void (*)(int, const char*, void*), void*)>(llama_, "llama_log_set")(
@@ -68,6 +79,14 @@ class LlamaRunner {
     std::memcpy(cp.bytes + 4, &n, 4);      // n_batch
     std::memcpy(cp.bytes + 8, &n, 4);      // n_ubatch
     set_context_fields(cp, opt);
+    Capture cap{this, opt.top_k, n};
+    if (opt.top_k) {
+      opt.top_k->clear();
+      bool (*cb)(void*, bool, void*) = &Capture::eval;
+      void* ud = &cap;
+      std::memcpy(cp.bytes + kOffCbEval, &cb, sizeof cb);
+      std::memcpy(cp.bytes + kOffCbEvalData, &ud, sizeof ud);
+    }
     void* ctx = fn<void* (*)(void*, Params)>(llama_, "llama_init_from_model")(model, cp);
     if (!ctx) {
       fn<void (*)(void*)>(llama_, "llama_model_free")(model);
@@ -107,6 +126,7 @@ class LlamaRunner {
     }
     fn<void (*)(void*)>(llama_, "llama_free")(ctx);
     fn<void (*)(void*)>(llama_, "llama_model_free")(model);
+    if (cap.error) throw std::runtime_error(cap.error);
     return out;
   }
 
@@ -116,8 +136,32 @@ class LlamaRunner {
   // pointers at 88 and 96), then type_k, type_v. Computed with offsetof() on that release's
   // include/llama.h; the default values found there are checked so that a different layout
   // fails loudly instead of silently setting the wrong fields.
-  static constexpr size_t kOffNThreads = 28, kOffNThreadsBatch = 32, kOffFlashAttn = 52, kOffTypeK = 104,
-                          kOffTypeV = 108;
+  static constexpr size_t kOffNThreads = 28, kOffNThreadsBatch = 32, kOffFlashAttn = 52, kOffCbEval = 88,
+                          kOffCbEvalData = 96, kOffTypeK = 104, kOffTypeV = 108;
+  // ggml_backend_sched_eval_callback: asked first (ask = true) whether a node is wanted, then
+  // called with the computed node. Only ggml's exported accessors are used on the tensor.
+  struct Capture {
+    LlamaRunner* self;
+    std::map<std::string, std::vector<int32_t>>* out;
+    uint32_t n_tokens;
+    const char* error = nullptr;
+    static bool eval(void* t, bool ask, void* ud) {
+      auto* c = static_cast<Capture*>(ud);
+      const std::string name = c->self->get_name_(t);
+      const bool want = name.rfind("lid_top_k-", 0) == 0 && name.find(' ') == std::string::npos;
+      if (ask) return want;
+      if (!want) return true;
+      const int64_t n = c->self->nelements_(t);
+      if (c->self->nbytes_(t) != static_cast<size_t>(n) * 4 || n % c->n_tokens != 0) {
+        c->error = "lid_top_k is not an int32 [n_tokens][k] tensor";
+        return false;
+      }
+      auto& v = (*c->out)[name];
+      v.resize(static_cast<size_t>(n));
+      std::memcpy(v.data(), c->self->get_data_(t), v.size() * 4);
+      return true;
+    }
+  };
   struct Params;
   static int32_t get_i32(const Params& p, size_t off) {
     int32_t v;
@@ -159,6 +203,10 @@ class LlamaRunner {
   }
   void* ggml_ = nullptr;
   void* llama_ = nullptr;
+  const char* (*get_name_)(const void*) = nullptr;
+  void* (*get_data_)(const void*) = nullptr;
+  int64_t (*nelements_)(const void*) = nullptr;
+  size_t (*nbytes_)(const void*) = nullptr;
 };
 
 }  // namespace ds4::test
