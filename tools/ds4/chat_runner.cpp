@@ -71,6 +71,21 @@ void ChatRunner::trace(const std::string& line) const {
   std::fflush(trace_);
 }
 
+// True when the last assistant turn opened <think> and never closed it (generation stopped
+// by Ctrl+C or -n while reasoning). The renderer writes such a turn as <think>…</think>.
+bool ChatRunner::reasoning_open(const std::vector<int32_t>& toks) const {
+  const Tokenizer& tok = engine_->tokenizer();
+  const auto asst = tok.find_token(chat::mark::kAssistant);
+  const auto open = tok.find_token(chat::mark::kThinkOpen);
+  const auto close = tok.find_token(chat::mark::kThinkClose);
+  if (!asst || !open || !close) return false;
+  for (size_t i = toks.size(); i-- > 0;) {
+    if (toks[i] == *close) return false;
+    if (toks[i] == *asst) return i + 1 < toks.size() && toks[i + 1] == *open;
+  }
+  return false;
+}
+
 std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const {
   const Tokenizer& tok = engine_->tokenizer();
   if (o_.raw) return tok.encode(user_text, /*parse_special=*/true);
@@ -99,6 +114,7 @@ std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const 
     // of the conversation and is not repeated.
     const auto& toks = session_->tokens();
     const auto eos = engine_->info().eos_id;
+    if (reasoning_open(toks)) text += chat::mark::kThinkClose;  // an answer cut off while reasoning
     if (!(eos && !toks.empty() && toks.back() == *eos)) text += chat::mark::kEos;
     text += chat::mark::kUser;
     text += user_text;

@@ -1,8 +1,11 @@
 #pragma once
 // One conversation on one Session: builds each turn's model input, streams the answer,
-// reports statistics. Turns only append text to what the session already holds (the
-// DeepSeek V4 format is append-only across turns when earlier reasoning is kept), so each
-// turn prefills just the new tokens.
+// reports statistics. Turns only append text to what the session already holds: the first
+// turn is chat::render_prompt's output; later turns append what render_prompt would write
+// for the whole conversation after the previous answer (with earlier reasoning kept,
+// drop_thinking = false, the V4 format is append-only), so each turn prefills just the new
+// tokens. tests/integration/cli checks the result against render_prompt. Switching
+// /think <-> /nothink mid-conversation keeps earlier turns as they were written.
 #include <atomic>
 #include <cstdio>
 #include <memory>
@@ -50,6 +53,7 @@ class ChatRunner {
   // Model input of the next turn for `user_text` (what turn() would append), as tokens.
   std::vector<int32_t> next_input(const std::string& user_text) const;
   void print_stats(const TurnStats& s) const;
+  bool reasoning_open(const std::vector<int32_t>& tokens) const;
   // One JSON object per line to the --trace file (no-op without --trace).
   void trace(const std::string& json_line) const;
 
@@ -58,7 +62,6 @@ class ChatRunner {
   ChatCliOptions o_;
   std::unique_ptr<Session> session_;
   chat::ThinkingMode thinking_;
-  bool ended_with_stop_ = true;  // last answer ended by a stop token (not evaluated yet)
   std::FILE* trace_ = nullptr;
 
  public:

@@ -2,9 +2,12 @@
 // pseudo-terminal: libedit, Ctrl+C). Counts come from the --trace file, which records every
 // prefill (reused / evaluated tokens) and every generated token.
 #include <chrono>
+#include <cstring>
 #include <thread>
 
+#include "chat/renderer.h"
 #include "cli_harness.h"
+#include "ds4/tokenizer.h"
 
 namespace ds4::test {
 namespace {
@@ -159,6 +162,73 @@ TEST(CliRepl, CtrlCStopsAnAnswerAndReturnsToThePrompt) {
   })) << t.screen();
   t.type("/quit");
   ASSERT_TRUE(Tmux::wait_for([&] { return t.screen().find("EXITED 0") != std::string::npos; })) << t.screen();
+}
+
+}  // namespace
+}  // namespace ds4::test
+
+// Oracle for the append-only turns: the session's tokens (read from a /save payload, whose
+// layout docs/FORMATS.md fixes) must equal chat::render_prompt of the whole conversation,
+// tokenized, plus the last answer. Checked in both thinking modes; -n 8 cuts each answer off
+// (in thinking mode mid-reasoning, which the renderer closes with </think>).
+namespace ds4::test {
+namespace {
+
+std::vector<int32_t> payload_tokens(const std::string& path) {
+  const std::string p = read_file(path);
+  uint64_t n = 0;
+  std::memcpy(&n, p.data() + 48, 8);
+  std::vector<int32_t> t(n);
+  std::memcpy(t.data(), p.data() + 80, n * 4);
+  return t;
+}
+
+void check_turns_match_renderer(chat::ThinkingMode mode) {
+  const bool think = mode != chat::ThinkingMode::None;
+  const std::string tag = think ? "think" : "nothink";
+  const std::string tr = scratch().path("render_" + tag + ".trace"), sv = scratch().path("render_" + tag + ".ds4s");
+  const std::string input = "hello\nagain\n/save " + sv + "\n/quit\n";
+  const auto r = run_ds4("-m " + scratch().model + " -t 2 --" + tag + " --temp 0 -n 8 --ignore-eos --trace " + tr,
+                         &input);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const auto turns = turn_tokens(read_trace(tr));
+  ASSERT_EQ(turns.size(), 2u);
+
+  const Tokenizer tok = Tokenizer::load(scratch().model);
+  const std::vector<int32_t> gen1(turns[0].begin(), turns[0].end());
+  const std::string answer = tok.decode(gen1);
+  chat::Conversation conv;
+  chat::Message m;
+  m.role = chat::Role::User;
+  m.content = "hello";
+  conv.messages.push_back(m);
+  chat::Message a;
+  a.role = chat::Role::Assistant;
+  const size_t close = answer.find("</think>");
+  if (think && close == std::string::npos) {
+    a.reasoning_content = answer;
+    a.content = "";
+  } else if (think) {
+    a.reasoning_content = answer.substr(0, close);
+    a.content = answer.substr(close + 8);
+  } else {
+    a.content = answer;
+  }
+  conv.messages.push_back(a);
+  m.content = "again";
+  conv.messages.push_back(m);
+  chat::RenderOptions ro;
+  ro.thinking = mode;
+  ro.context_size = 4096;
+  ro.drop_thinking = false;
+  auto want = tok.encode(chat::render_prompt(conv, ro), /*parse_special=*/true);
+  want.insert(want.end(), turns[1].begin(), turns[1].end());
+  EXPECT_EQ(payload_tokens(sv), want) << "answer 1: " << answer;
+}
+
+TEST(CliRepl, LaterTurnsAppendExactlyWhatTheRendererWrites) {
+  check_turns_match_renderer(chat::ThinkingMode::None);
+  check_turns_match_renderer(chat::ThinkingMode::High);
 }
 
 }  // namespace
