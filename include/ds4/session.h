@@ -51,8 +51,10 @@ struct SessionOptions {
   // compressor partial windows; compressed rows are append-only and truncated by count) is
   // taken at every multiple of checkpoint_interval positions and at the end of every
   // sync()/eval() call. Rewinding to position T restores the nearest checkpoint <= T and
-  // re-evaluates the tokens between it and T. At most max_checkpoints are kept (the oldest
-  // are dropped first; position 0 needs none). 0 disables the interval checkpoints.
+  // re-evaluates the tokens between it and T, so a rewind costs at most the distance to the
+  // checkpoint below it in prefill. At most max_checkpoints are kept (position 0 needs none):
+  // beyond that the newest two stay and older ones are thinned where they are densest.
+  // checkpoint_interval 0 disables the interval checkpoints; max_checkpoints 0 disables all.
   int64_t checkpoint_interval = 2048;
   int max_checkpoints = 8;
 };

@@ -66,7 +66,26 @@ void Session::Impl::add_checkpoint() {
   if (!checkpoints.empty() && checkpoints.back().n_pos == state.n_pos) return;
   if (options.max_checkpoints == 0) return;
   checkpoints.push_back(session::take_checkpoint(state));
-  while (checkpoints.size() > static_cast<size_t>(options.max_checkpoints)) checkpoints.pop_front();
+  // Over the limit: keep the newest two (the latest turn boundaries, where rewinds usually
+  // land) and drop the older checkpoint whose removal leaves the smallest gap, so the kept
+  // ones thin out evenly over the whole context instead of covering only its end.
+  while (checkpoints.size() > static_cast<size_t>(options.max_checkpoints)) {
+    if (checkpoints.size() <= 2) {
+      checkpoints.pop_front();
+      continue;
+    }
+    size_t drop = 0;
+    int64_t best = INT64_MAX;
+    for (size_t i = 0; i + 2 < checkpoints.size(); ++i) {
+      const int64_t before = i == 0 ? 0 : checkpoints[i - 1].n_pos;
+      const int64_t gap = checkpoints[i + 1].n_pos - before;
+      if (gap < best) {
+        best = gap;
+        drop = i;
+      }
+    }
+    checkpoints.erase(checkpoints.begin() + static_cast<std::ptrdiff_t>(drop));
+  }
 }
 
 void Session::Impl::restore_at_most(int64_t n) {

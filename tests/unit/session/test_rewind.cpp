@@ -82,6 +82,27 @@ TEST(Rewind, RepeatedRewindsAndRegrowth) {
   EXPECT_EQ(first_difference(s->save_payload(), fresh->save_payload()), -1);
 }
 
+// Checkpoints at 8, 16, ..., 64 with room for 4: thinning keeps 16, 32, 56, 64 (worked out
+// by hand from the rule in session.h), so no rewind replays more than 23 tokens (55 from
+// 32); dropping the oldest instead would keep 40..64 and replay up to 39 (39 from 0).
+TEST(Rewind, ThinnedCheckpointsBoundTheReplayEverywhere) {
+  auto e = open_engine(/*max_batch=*/512);
+  SessionOptions so;
+  so.checkpoint_interval = 8;
+  so.max_checkpoints = 4;
+  const auto toks = random_tokens(64, 16);
+  int64_t worst = 0;
+  for (int64_t n = 0; n <= 64; ++n) {
+    auto s = e->new_session(so);
+    s->eval(toks);
+    worst = std::max(worst, s->rewind(n));
+    auto fresh = e->new_session(so);
+    fresh->eval(std::span(toks).first(static_cast<size_t>(n)));
+    ASSERT_EQ(first_difference(s->save_payload(), fresh->save_payload()), -1) << "rewind to " << n;
+  }
+  EXPECT_EQ(worst, 23);  // rewind to 55: from the checkpoint at 32 (40 and 48 were thinned)
+}
+
 TEST(Rewind, ChunkingDoesNotChangeTheState) {
   const auto toks = random_tokens(60, 15);
   auto chunked = open_engine(/*max_batch=*/5);
