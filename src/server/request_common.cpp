@@ -12,17 +12,11 @@ namespace ds4::server {
 using chat::Json;
 
 chat::Json parse_body(std::string_view body) {
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    // Re-parse with exceptions only to get the byte position for the message.
-    try {
-      (void)Json::parse(body);
-    } catch (const Json::parse_error& e) {
-      throw ApiError(400, fmt::format("request: not valid JSON (byte {})", e.byte), "request");
-    }
-    throw ApiError(400, "request: not valid JSON", "request");
+  try {
+    return Json::parse(body);
+  } catch (const Json::parse_error& e) {
+    throw ApiError(400, fmt::format("request: not valid JSON (byte {})", e.byte), "request");
   }
-  return j;
 }
 
 namespace detail {

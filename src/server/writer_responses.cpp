@@ -46,7 +46,7 @@ class ResponsesWriter final : public ApiWriter {
     std::string out;
     if (open_ != Open::Reasoning) {
       out += close_open();
-      Item it{"reasoning", item_id("rs_")};
+      Item it{"reasoning", item_id("rs_"), "", "", "", false};
       items_.push_back(it);
       open_ = Open::Reasoning;
       out += event("response.output_item.added", {{"output_index", idx()}, {"item", item_json(items_.back(), "in_progress")}});
@@ -63,7 +63,7 @@ class ResponsesWriter final : public ApiWriter {
     std::string out;
     if (open_ != Open::Message) {
       out += close_open();
-      items_.push_back(Item{"message", item_id("msg_")});
+      items_.push_back(Item{"message", item_id("msg_"), "", "", "", false});
       open_ = Open::Message;
       out += event("response.output_item.added", {{"output_index", idx()}, {"item", item_json(items_.back(), "in_progress")}});
       out += event("response.content_part.added",
@@ -77,7 +77,7 @@ class ResponsesWriter final : public ApiWriter {
   }
   std::string on_tool_start(const GenEvent& e) override {
     std::string out = close_open();
-    Item it{"function_call", item_id("fc_")};
+    Item it{"function_call", item_id("fc_"), "", "", "", false};
     it.call_id = e.tool_id;
     it.name = e.tool_name;
     items_.push_back(it);
