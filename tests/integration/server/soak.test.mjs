@@ -30,13 +30,13 @@ const kinds = [
   async (s) => { const r = await request(s, 'POST', '/v1/chat/completions', '{"messages": [{"role": "user", "content": "x"}'); assert.equal(r.status, 400); },
   async (s) => { const r = await request(s, 'POST', '/v1/chat/completions', { ...chatBody('x'), top_k: 'many' }); assert.equal(r.status, 400); assert.equal(r.json.error.param, 'top_k'); },
   async (s) => { const r = await request(s, 'POST', '/v1/messages', { model: 'nope', max_tokens: 3, messages: [{ role: 'user', content: 'x' }] }); assert.equal(r.status, 404); },
-  async (s) => { await abortAfter(s, '/v1/chat/completions', chatBody('In the beginning', { max_tokens: 500, stream: true }), { afterBytes: 300 }); },
-  async (s) => { await abortAfter(s, '/v1/chat/completions', chatBody('Vanity of vanities', { max_tokens: 500 }), { afterMs: 30 }); },
+  async (s) => { await abortAfter(s, '/v1/chat/completions', chatBody('In the beginning', { max_tokens: 500, stream: true, seed: 1 }), { afterBytes: 300 }); },
+  async (s) => { await abortAfter(s, '/v1/chat/completions', chatBody('Vanity of vanities', { max_tokens: 500, seed: 1 }), { afterMs: 30 }); },
   async (s) => { const r = await request(s, 'POST', '/v1/messages', { model: 'deepseek-v4-flash', max_tokens: 4, stream: true, messages: [{ role: 'user', content: 'Hear, O Israel' }] }); assert.equal(r.status, 200); assert.match(r.body, /event: message_stop/); },
   async (s) => { const r = await request(s, 'POST', '/v1/responses', { model: 'deepseek-v4-flash', input: 'Praise ye the LORD', max_output_tokens: 4 }); assert.equal(r.status, 200, r.body); assert.equal(r.json.object, 'response'); },
   async (s) => { const r = await request(s, 'POST', '/v1/completions', { prompt: 'And Noah', max_tokens: 4, stream: true }); assert.equal(r.status, 200); },
   async (s) => { const r = await request(s, 'GET', '/v1/models'); assert.equal(r.status, 200); },
-  async (s) => { await abortAfter(s, '/v1/responses', { input: 'Woe unto', max_output_tokens: 400, stream: true }, { afterBytes: 200 }); },
+  async (s) => { await abortAfter(s, '/v1/responses', { input: 'Woe unto', max_output_tokens: 400, stream: true, seed: 1 }, { afterBytes: 200 }); },
 ];
 
 test('200 mixed requests, 8 concurrent', async () => {
