@@ -1,7 +1,7 @@
 // Raw HTTP: every error path answers in its API's JSON error shape with the right status;
+// disconnects cancel generation; slow prefills stream keepalives; auth and CORS.
 // Generations that tests cut short use fixed seeds: the demo model then runs to max_tokens
 // (checked: it never samples EOS for these prompts), so a cancellation always has work to stop.
-// disconnects cancel generation; slow prefills stream keepalives; auth and CORS.
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import net from 'node:net';
