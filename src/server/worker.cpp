@@ -6,6 +6,7 @@
 #include <random>
 
 #include "chat/dsml_parser.h"
+#include "chat/markers.h"
 #include "chat/py_json.h"
 #include "ds4/session.h"
 #include "server/dsml_gate.h"
@@ -205,20 +206,29 @@ class EventMapper {
         cur_id_ = e.tool_id;
         block_ids_.push_back(cur_id_);
         args_.clear();
+        in_invoke_ = true;
         job_.push(std::move(e));
         return false;
       }
       case K::Parameter: {
-        std::string delta = args_.empty() ? "{" : ", ";
-        chat::py_json_quote(ev.name, delta);
-        delta += ": ";
-        if (ev.is_string) chat::py_json_quote(ev.text, delta);
-        else delta += ev.text;
+        // The value was streamed as it was generated (value_char); close it here.
+        if (!value_open_) {  // not seen by value_char (cannot happen with lockstep feeding)
+          open_value(ev.name, ev.is_string);
+          emit_value(ev.text);
+          value_done_ = true;
+        }
+        flush_held_value();
+        if (value_raw_ != ev.text) {
+          std::fprintf(stderr, "ds4-server: streamed parameter value differs from the parsed one\n");
+        }
+        std::string delta = ev.is_string ? "\"" : "";
+        value_open_ = false;
         args_ += delta;
-        push_args(std::move(delta));
+        if (!delta.empty()) push_args(std::move(delta));
         return false;
       }
       case K::ToolCallEnd: {
+        in_invoke_ = false;
         std::string delta = args_.empty() ? "{}" : "}";
         args_ += delta;
         push_args(std::move(delta));
@@ -248,6 +258,38 @@ class EventMapper {
   }
 
   void finish_text() { emit_text(stops_.flush()); flush_text(); }
+
+  // Called with each generated UTF-8 character before the parser sees it: streams parameter
+  // values of the open invoke as argument deltas while they are generated. Characters that
+  // could begin the closing tag are held until it is certain they do not.
+  void value_char(std::string_view ch) {
+    if (!in_invoke_) return;
+    if (value_open_) {
+      held_.append(ch);
+      if (held_ == chat::mark::kParamClose) {
+        held_.clear();  // the tag: the value is complete (the parser reports it next)
+        value_done_ = true;
+        return;
+      }
+      while (!held_.empty() && chat::mark::kParamClose.substr(0, held_.size()) != held_) {
+        size_t n = utf8_len(static_cast<unsigned char>(held_[0]));
+        emit_value(held_.substr(0, n));
+        held_.erase(0, n);
+      }
+      return;
+    }
+    header_tail_.append(ch);
+    if (header_tail_.size() > 4096) header_tail_.erase(0, header_tail_.size() - 4096);
+    size_t open = header_tail_.rfind(chat::mark::kParamOpen);
+    if (open == std::string::npos || ch != ">") return;
+    std::string_view h = std::string_view(header_tail_).substr(open + chat::mark::kParamOpen.size());
+    size_t a = h.find("name=\"");
+    if (a == std::string_view::npos) return;
+    size_t b = h.find('"', a + 6);
+    if (b == std::string_view::npos) return;
+    open_value(std::string(h.substr(a + 6, b - a - 6)), h.find("string=\"true\"") != std::string_view::npos);
+    header_tail_.clear();
+  }
   bool stopped_by_sequence() const { return stops_.matched(); }
   const std::string& stop_sequence() const { return stops_.matched_sequence(); }
   int n_tools() const { return n_tools_; }
@@ -255,6 +297,38 @@ class EventMapper {
   void set_in_reasoning(bool v) { in_reasoning_ = v; }
 
  private:
+  static size_t utf8_len(unsigned char c) { return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1; }
+  void open_value(const std::string& name, bool is_string) {
+    std::string delta = args_.empty() ? "{" : ", ";
+    chat::py_json_quote(name, delta);
+    delta += ": ";
+    if (is_string) delta += '"';
+    args_ += delta;
+    push_args(std::move(delta));
+    value_open_ = true;
+    value_done_ = false;
+    value_is_string_ = is_string;
+    value_raw_.clear();
+    held_.clear();
+  }
+  void emit_value(const std::string& raw) {
+    if (raw.empty()) return;
+    value_raw_ += raw;
+    std::string delta;
+    if (value_is_string_) {
+      chat::py_json_quote(raw, delta);  // JSON escaping is per character: strip the quotes
+      delta = delta.substr(1, delta.size() - 2);
+    } else {
+      delta = raw;
+    }
+    args_ += delta;
+    push_args(std::move(delta));
+  }
+  void flush_held_value() {
+    if (!value_done_) emit_value(held_);  // parser finished without our seeing the tag
+    held_.clear();
+  }
+
   void emit_text(std::string t) {
     if (t.empty()) return;
     GenEvent e;
@@ -290,6 +364,10 @@ class EventMapper {
   std::string cur_id_;
   std::string args_;
   std::vector<std::string> block_ids_;
+  bool in_invoke_ = false;
+  std::string header_tail_;
+  bool value_open_ = false, value_done_ = false, value_is_string_ = true;
+  std::string value_raw_, held_;
   bool in_reasoning_ = false;
   bool parse_error_ = false;
 };
@@ -362,11 +440,19 @@ void Worker::run(Job& job) {
       stop = stop || mapper.stopped_by_sequence();
       return;
     }
-    evs.clear();
-    parser.feed(t, evs);
-    for (const auto& ev : evs) {
-      if (mapper.dsml(ev)) stop = true;
-      if (stop) break;
+    // One character at a time so that streamed value pieces and parser events stay in order.
+    for (size_t i = 0; i < t.size() && !stop;) {
+      unsigned char c = static_cast<unsigned char>(t[i]);
+      size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+      std::string_view ch = std::string_view(t).substr(i, len);
+      i += len;
+      mapper.value_char(ch);
+      evs.clear();
+      parser.feed(ch, evs);
+      for (const auto& ev : evs) {
+        if (mapper.dsml(ev)) stop = true;
+        if (stop) break;
+      }
     }
   };
 

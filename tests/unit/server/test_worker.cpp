@@ -157,6 +157,10 @@ TEST(ServerWorker, ReasoningThenToolCall) {
   EXPECT_EQ(id.size(), 5u + 24u);
   EXPECT_EQ(end_args, "{\"city\": \"Par\\\"is\", \"n\": 3}");
   EXPECT_EQ(args, end_args);
+  // Values stream while generated: one delta per value character here (byte tokens).
+  int arg_events = 0;
+  for (const auto& e : evs) arg_events += e.kind == GenEvent::Kind::ToolArgs;
+  EXPECT_GE(arg_events, 6 + 4);
   EXPECT_EQ(evs.back().finish, Finish::ToolCalls);
   EXPECT_EQ(evs.back().usage.reasoning_tokens, static_cast<int64_t>(std::string("hmm</think>").size()));
   // Generation stopped at the end of the block.
@@ -176,6 +180,29 @@ TEST(ServerWorker, ReasoningThenToolCall) {
   for (const auto& t : h.model.temperatures) pattern += t.has_value() && *t == 0.0f ? '1' : '0';
   const size_t close = chat::mark::kParamClose.size();
   EXPECT_EQ(greedy, total - lead - (std::string("Par\"is").size() + close) - (1 + close)) << pattern;
+}
+
+TEST(ServerWorker, StreamedValuesWithTagLikeTextAndEscapes) {
+  Harness h;
+  // A value containing "</" (a prefix of the closing tag), a partial "</｜DSML" that is not
+  // the tag, a newline, a backslash and non-ASCII: the streamed deltas must concatenate to
+  // exactly the parsed arguments JSON.
+  const std::string value = "x</p> a</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C" "par y\n\\ \xC3\xBC\xF0\x9F\x98\x80";
+  h.model.script = "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"w\">\n<｜DSML｜parameter name=\"c\" string=\"true\">" + value +
+                   "</｜DSML｜parameter>\n<｜DSML｜parameter name=\"o\" string=\"false\">{\"k\": [1, 2]}</｜DSML｜parameter>\n"
+                   "</｜DSML｜invoke>\n</｜DSML｜tool_calls>";
+  auto j = h.job("<｜User｜>q<｜Assistant｜></think>", true);
+  auto evs = h.run(j);
+  std::string args, end_args;
+  for (const auto& e : evs) {
+    if (e.kind == GenEvent::Kind::ToolArgs) args += e.text;
+    if (e.kind == GenEvent::Kind::ToolEnd) end_args = e.text;
+  }
+  ASSERT_FALSE(end_args.empty());
+  EXPECT_EQ(args, end_args);
+  // JSON escapes only what JSON requires; non-ASCII stays as is (the chat module's decoder).
+  EXPECT_EQ(end_args, "{\"c\": \"x</p> a</\xEF\xBD\x9C" "DSML\xEF\xBD\x9C" "par y\\n\\\\ \xC3\xBC\xF0\x9F\x98\x80\", \"o\": {\"k\": [1, 2]}}");
+  EXPECT_EQ(evs.back().finish, Finish::ToolCalls);
 }
 
 TEST(ServerWorker, CancelStopsBeforeTheNextToken) {
