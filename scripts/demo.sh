@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# `make demo`: shows what the current build can do, from build/bin.
+# `make demo`: the build's identity, then the engine generating text with the committed demo
+# model (a tiny DeepSeek V4 trained on the King James Bible; see README.md, "Demo model").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=build/bin
-if [[ ! -x $bin/ds4-gguf ]]; then
-  echo "demo.sh: $bin/ds4-gguf not found; run make first" >&2
-  exit 1
-fi
+for b in ds4 ds4-gguf; do
+  if [[ ! -x $bin/$b ]]; then
+    echo "demo.sh: $bin/$b not found; run make first" >&2
+    exit 1
+  fi
+done
 
 echo "== ds4-gguf --version"
 "$bin/ds4-gguf" --version
 echo
-echo "== ds4-gguf inspect tests/fixtures/gguf/tiny.gguf"
-"$bin/ds4-gguf" inspect tests/fixtures/gguf/tiny.gguf
+prompt="And God said"
+echo "== ds4 -m models/ds4-demo.gguf --raw -p \"$prompt\" -n 64   (the prompt is echoed, then the model's continuation)"
+printf '%s' "$prompt"
+"$bin/ds4" -m models/ds4-demo.gguf --raw -p "$prompt" -n 64 --seed 1

@@ -26,7 +26,7 @@ void add_chat_flags(CLI::App& app, ChatCliOptions& o) {
   g->add_flag_callback("--think", [&o] { o.think = "high"; }, "reason before answering (default)");
   g->add_flag_callback("--think-max", [&o] { o.think = "max"; },
                        "maximum reasoning effort (needs --ctx >= 393216, else behaves as --think)");
-  g->add_flag("--raw", o.raw, "no chat template: the prompt is the model input as is (specials recognized)");
+  g->add_flag("--raw", o.raw, "no chat template: the prompt is the model input as is (specials recognized; BOS prepended when missing)");
   g->add_flag("--ignore-eos", o.ignore_eos, "do not stop at end-of-turn tokens");
   g->add_flag("--dump-tokens", o.dump_tokens, "print the prompt's token ids and pieces, then exit");
   g->add_option("--dump-logprobs", o.dump_logprobs, "write each generated token's top logprobs as JSON to FILE");

@@ -88,7 +88,14 @@ bool ChatRunner::reasoning_open(const std::vector<int32_t>& toks) const {
 
 std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const {
   const Tokenizer& tok = engine_->tokenizer();
-  if (o_.raw) return tok.encode(user_text, /*parse_special=*/true);
+  if (o_.raw) {
+    // Like llama.cpp's default for raw prompts: a fresh timeline starts with BOS, unless the
+    // prompt text already spells it.
+    auto ids = tok.encode(user_text, /*parse_special=*/true);
+    const auto bos = tok.bos_id();
+    if (session_->n_past() == 0 && bos && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
+    return ids;
+  }
   std::string text;
   if (session_->n_past() == 0) {
     chat::Conversation conv;

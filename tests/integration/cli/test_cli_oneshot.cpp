@@ -91,6 +91,17 @@ TEST(CliOneShot, ChatTemplateRendersTheSamePromptAsRawText) {
             chat.out);
 }
 
+TEST(CliOneShot, RawPromptGetsBosOnlyWhenItLacksOne) {
+  // "hello" is 5 byte tokens; a fresh timeline starts with BOS (id 256 in this vocabulary).
+  const auto without = run_ds4(model_arg() + " --raw -p hello --temp 0 -n 4 --ignore-eos");
+  ASSERT_EQ(without.rc, 0) << without.err;
+  EXPECT_NE(without.err.find("[prompt 6 tokens"), std::string::npos) << without.err;
+  const auto with = run_ds4(model_arg() + " --raw -p '<｜begin▁of▁sentence｜>hello' --temp 0 -n 4 --ignore-eos");
+  ASSERT_EQ(with.rc, 0) << with.err;
+  EXPECT_NE(with.err.find("[prompt 6 tokens"), std::string::npos) << with.err;
+  EXPECT_EQ(with.out, without.out);
+}
+
 TEST(CliOneShot, SeededSamplingRepeatsAndSeedsDiffer) {
   const std::string a = model_arg() + " -p hello --nothink --temp 1 --min-p 0 -n 40 --ignore-eos --seed ";
   const auto r1 = run_ds4(a + "7"), r2 = run_ds4(a + "7"), r3 = run_ds4(a + "8");
