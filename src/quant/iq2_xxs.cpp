@@ -20,6 +20,7 @@
 #include "core/fp16.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
+#include "quant/k_quant_search.h"
 
 namespace ds4::quant {
 
@@ -35,78 +36,24 @@ void check_elems(const char* what, int64_t n) {
   if (n < 0 || n % kQK != 0) fail("{}: element count {} is not a non-negative multiple of {}", what, n, kQK);
 }
 
-// ggml's nearest_int: round half to even through the float mantissa. Reproduced bit for bit
-// (including its wrap-around outside +-2^22) because the search compares its results.
-inline int nearest_int(float f) {
-  const float v = f + 12582912.f;
-  int32_t i;
-  std::memcpy(&i, &v, sizeof i);
-  return (i & 0x007fffff) - 0x00400000;
+// The level (0..kMaxLevel-1) whose odd value 2*level+1 is nearest to v = x/scale.
+int8_t level_for(float v) {
+  const int l = nearest_int(0.5f * (v - 1));
+  return static_cast<int8_t>(std::max(0, std::min(kMaxLevel - 1, l)));
 }
 
-// ggml's make_qp_quants(n=32, nmax, x, L, w): a weighted least-squares scale for non-negative
-// levels 0..nmax. L is a byte array because ggml stores the (possibly negative) rounded value
-// into uint8_t and later compares against that wrapped value.
-float make_qp_quants(int n, int nmax, const float* x, uint8_t* L, const float* w) {
-  float max = 0;
-  for (int i = 0; i < n; ++i) max = max > x[i] ? max : x[i];
-  if (max < kGroupMaxEps) {
-    std::memset(L, 0, n);
-    return 0.f;
+// Weighted least-squares terms for the odd values q = 2*L+1 of one 32-value block; the best
+// scale is sumqx/sumq2. Summed in ggml's order.
+void fit_sums(const float* xval, const float* weight, const int8_t* L, float* sumqx, float* sumq2) {
+  float sx = 0, s2 = 0;
+  for (int i = 0; i < 32; ++i) {
+    const float w = weight[i];
+    const float q = static_cast<float>(2 * L[i] + 1);
+    sx += w * xval[i] * q;
+    s2 += w * q * q;
   }
-  float iscale = nmax / max;
-  for (int i = 0; i < n; ++i) L[i] = static_cast<uint8_t>(nearest_int(iscale * x[i]));
-  const float scale = 1 / iscale;
-  float best_mse = 0;
-  for (int i = 0; i < n; ++i) {
-    const float diff = x[i] - scale * L[i];
-    best_mse += w[i] * diff * diff;
-  }
-  for (int is = -4; is <= 4; ++is) {
-    if (is == 0) continue;
-    const float iscale_is = (0.1f * is + nmax) / max;
-    const float scale_is = 1 / iscale_is;
-    float mse = 0;
-    for (int i = 0; i < n; ++i) {
-      const int l = std::min(nmax, nearest_int(iscale_is * x[i]));
-      const float diff = x[i] - scale_is * l;
-      mse += w[i] * diff * diff;
-    }
-    if (mse < best_mse) {
-      best_mse = mse;
-      iscale = iscale_is;
-    }
-  }
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = std::min(nmax, nearest_int(iscale * x[i]));
-    L[i] = static_cast<uint8_t>(l);
-    sumlx += w[i] * x[i] * l;
-    suml2 += w[i] * l * l;
-  }
-  // Coordinate descent: move one level at a time while the fit (sumlx^2/suml2) improves.
-  for (int itry = 0; itry < 5; ++itry) {
-    int n_changed = 0;
-    for (int i = 0; i < n; ++i) {
-      float slx = sumlx - w[i] * x[i] * L[i];
-      float sl2 = suml2 - w[i] * L[i] * L[i];
-      if (slx > 0 && sl2 > 0) {
-        const int new_l = std::min(nmax, nearest_int(x[i] * sl2 / slx));
-        if (new_l != L[i]) {
-          slx += w[i] * x[i] * new_l;
-          sl2 += w[i] * new_l * new_l;
-          if (slx * slx * suml2 > sumlx * sumlx * sl2) {
-            L[i] = static_cast<uint8_t>(new_l);
-            sumlx = slx;
-            suml2 = sl2;
-            ++n_changed;
-          }
-        }
-      }
-    }
-    if (!n_changed) break;
-  }
-  return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+  *sumqx = sx;
+  *sumq2 = s2;
 }
 
 // Returns v after forcing it into a register as a float: a product passed through here is
@@ -220,7 +167,8 @@ void quantize_block(const Iq2xxsSearchTables& t, const float* xbl, const float* 
       scales[ib] = 0;
       continue;
     }
-    float scale = make_qp_quants(32, kMaxLevel + 1, xval, reinterpret_cast<uint8_t*>(L), weight);
+    // ggml's make_qp_quants; shared with the K-quant writers (same search, same float order).
+    float scale = search_scale_qp(32, kMaxLevel + 1, xval, reinterpret_cast<uint8_t*>(L), weight);
     const float eff_max = scale * kMaxLevel;
     if (eff_max <= 0) {
       scales[ib] = 0;
@@ -234,18 +182,12 @@ void quantize_block(const Iq2xxsSearchTables& t, const float* xbl, const float* 
       const float this_scale = 1 / id;
       for (int k = 0; k < 4; ++k) {
         for (int i = 0; i < 8; ++i) {
-          const int l = nearest_int(0.5f * (id * xval[8 * k + i] - 1));
-          Laux[8 * k + i] = static_cast<int8_t>(std::max(0, std::min(kMaxLevel - 1, l)));
+          Laux[8 * k + i] = level_for(id * xval[8 * k + i]);
         }
         grid_index_or_neighbour(t, Laux + 8 * k, xval + 8 * k, waux + 8 * k, this_scale);
       }
-      float sumqx = 0, sumq2 = 0;
-      for (int i = 0; i < 32; ++i) {
-        const float w = weight[i];
-        const float q = static_cast<float>(2 * Laux[i] + 1);
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-      }
+      float sumqx, sumq2;
+      fit_sums(xval, weight, Laux, &sumqx, &sumq2);
       if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
         scale = sumqx / sumq2;
         best = scale * sumqx;
@@ -258,8 +200,7 @@ void quantize_block(const Iq2xxsSearchTables& t, const float* xbl, const float* 
       for (int k = 0; k < 4; ++k) {
         int8_t Lk[8];
         for (int i = 0; i < 8; ++i) {
-          const int l = nearest_int(0.5f * (id * xval[8 * k + i] - 1));
-          Lk[i] = static_cast<int8_t>(std::max(0, std::min(kMaxLevel - 1, l)));
+          Lk[i] = level_for(id * xval[8 * k + i]);
         }
         // ggml snaps with best_neighbour writing into L, then overwrites L from the chosen
         // point; either way L ends up as that point's levels.
@@ -267,13 +208,8 @@ void quantize_block(const Iq2xxsSearchTables& t, const float* xbl, const float* 
         const uint64_t p = t.levels[g];
         for (int i = 0; i < 8; ++i) L[8 * k + i] = static_cast<int8_t>((((p >> (8 * i)) & 0xff) - 1) / 2);
       }
-      float sumqx = 0, sumq2 = 0;
-      for (int i = 0; i < 32; ++i) {
-        const float w = weight[i];
-        const float q = static_cast<float>(2 * L[i] + 1);
-        sumqx += w * xval[i] * q;
-        sumq2 += w * q * q;
-      }
+      float sumqx, sumq2;
+      fit_sums(xval, weight, L, &sumqx, &sumq2);
       if (sumq2 > 0) scale = sumqx / sumq2;
     }
     if (scale < 0) {

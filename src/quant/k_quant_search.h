@@ -1,5 +1,5 @@
 #pragma once
-// Scale/min searches used by the K-quant writers. They reproduce ggml's make_qkx2_quants,
+// Scale/min searches used by the K-quant writers (search_scale_qp also by IQ2_XXS). They reproduce ggml's make_qkx2_quants,
 // make_qkx3_quants and make_qp_quants operation for operation (same float expression order,
 // same int/uint8 truncations) because the written bytes must equal ggml's. Compile with
 // -ffp-contract=off: a fused multiply-add would change the roundings.

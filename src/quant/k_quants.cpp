@@ -99,6 +99,18 @@ void quantize_block_q2_K_weighted(const float* x, BlockQ2_K* y, const float* qw)
   pack_q2_codes(L, y->qs);
 }
 
+// Final step of both Q4_K writers, once y->d, y->dmin and y->scales are set: re-rounds every
+// value against the stored (fp16, 6-bit) scale and min, then packs the 4-bit codes.
+void requantize_q4_K_codes(const float* x, BlockQ4_K* y, uint8_t* L) {
+  const float d = fp16_to_fp32(y->d), dmin = fp16_to_fp32(y->dmin);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, y->scales, &sc, &m);
+    requantize_sub_block(x + 32 * j, 32, d * sc, dmin * m, 15, L + 32 * j);
+  }
+  pack_q4_codes(L, y->qs);
+}
+
 void quantize_block_q4_K_ref(const float* x, BlockQ4_K* y) {
   uint8_t L[kQK_K], Laux[32];
   float weights[32], mins[8], scales[8];
@@ -123,13 +135,7 @@ void quantize_block_q4_K_ref(const float* x, BlockQ4_K* y) {
   }
   y->d = fp32_to_fp16(max_scale / 63.f);
   y->dmin = fp32_to_fp16(max_min / 63.f);
-  const float d = fp16_to_fp32(y->d), dmin = fp16_to_fp32(y->dmin);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    q4k_scale_min(j, y->scales, &sc, &m);
-    requantize_sub_block(x + 32 * j, 32, d * sc, dmin * m, 15, L + 32 * j);
-  }
-  pack_q4_codes(L, y->qs);
+  requantize_q4_K_codes(x, y, L);
 }
 
 void quantize_block_q4_K_weighted(const float* x, BlockQ4_K* y, const float* qw) {
@@ -150,13 +156,7 @@ void quantize_block_q4_K_weighted(const float* x, BlockQ4_K* y, const float* qw)
   for (int j = 0; j < 8; ++j) pack_q4_scale_min(j, Ls[j], Lm[j], y->scales);
   y->d = fp32_to_fp16(d_block);
   y->dmin = fp32_to_fp16(m_block);
-  const float d = fp16_to_fp32(y->d), dmin = fp16_to_fp32(y->dmin);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, m;
-    q4k_scale_min(j, y->scales, &sc, &m);
-    requantize_sub_block(x + 32 * j, 32, d * sc, dmin * m, 15, L + 32 * j);
-  }
-  pack_q4_codes(L, y->qs);
+  requantize_q4_K_codes(x, y, L);
 }
 
 // Runs a per-block writer over nrows x n_per_row; the importance weights repeat per row.
