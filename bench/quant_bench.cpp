@@ -8,10 +8,12 @@
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <random>
 #include <vector>
 
+#include "quant/iq2_xxs.h"
 #include "quant/kernels.h"
 #include "quant/quant.h"
 
@@ -55,6 +57,7 @@ const Weights& weights(GgmlType t, size_t target_bytes) {
       case GgmlType::Q2_K: set_half(o + 80), set_half(o + 82); break;
       case GgmlType::Q4_K: set_half(o), set_half(o + 2); break;
       case GgmlType::F16: set_half(o); break;
+      case GgmlType::IQ2_XXS: set_half(o); break;
       case GgmlType::BF16: {
         const uint16_t h = static_cast<uint16_t>(0x3C00 + rng() % 0x200);
         std::memcpy(&w.bytes[o], &h, 2);
@@ -133,7 +136,14 @@ int register_all() {
   const q::DotFn dot_avx2[] = {q::vec_dot_q8_0_q8_0_avx2, q::vec_dot_q2_K_q8_K_avx2, q::vec_dot_q4_K_q8_K_avx2,
                                q::vec_dot_f16_f32_avx2,   q::vec_dot_bf16_f32_avx2,  q::vec_dot_f32_f32_avx2};
   if (q::have_avx2())
-    for (size_t k = 0; k < formats.size(); ++k) formats[k].deq_avx2 = deq_avx2[k], formats[k].dot_avx2 = dot_avx2[k];
+    for (size_t k = 0; k < std::size(dot_avx2); ++k) formats[k].deq_avx2 = deq_avx2[k], formats[k].dot_avx2 = dot_avx2[k];
+#endif
+#if DS4_HAVE_IQ2_XXS
+  formats.push_back({"iq2_xxs", GgmlType::IQ2_XXS, q::dequantize_row_iq2_xxs, nullptr, q::vec_dot_iq2_xxs_q8_K_scalar,
+                     nullptr});
+#if DS4_HAVE_IQ2_XXS_AVX2
+  if (q::have_avx2()) formats.back().dot_avx2 = q::vec_dot_iq2_xxs_q8_K_avx2;
+#endif
 #endif
   const std::pair<const char*, size_t> sizes[] = {{"cache", 256u << 10}, {"dram", 128u << 20}};
   for (const auto& [sname, bytes] : sizes)
