@@ -185,7 +185,9 @@ test('auth, CORS, keepalives during a slow prefill', async () => {
     // Queue full → 503: one job prefilling slowly, one queued, the third is refused.
     const auth = { authorization: 'Bearer sekrit' };
     const slow = (text) => request(s2, 'POST', '/v1/chat/completions', chatBody(text, { max_tokens: 1 }), auth);
-    const a = slow('For God so loved the world, that he gave his only begotten Son.');
+    // ~60 new tokens at 25 ms: A stays in its prefill for about 1.5 s while B and C arrive.
+    const a = slow('For God so loved the world, that he gave his only begotten Son, that whosoever believeth in him ' +
+      'should not perish, but have everlasting life. For God sent not his Son into the world to condemn the world.');
     await sleep(150);
     const b = slow('Jesus wept, and the people marvelled at the words of his mouth.');
     await sleep(100);
