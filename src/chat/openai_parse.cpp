@@ -5,9 +5,8 @@
 #include <fmt/format.h>
 
 namespace ds4::chat {
-namespace {
 
-const char* type_name(const Json& j) {
+const char* json_type_name(const Json& j) {
   switch (j.type()) {
     case Json::value_t::null: return "null";
     case Json::value_t::boolean: return "a boolean";
@@ -21,8 +20,10 @@ const char* type_name(const Json& j) {
   }
 }
 
+namespace {
+
 const std::string& want_string(const Json& j, const std::string& path) {
-  if (!j.is_string()) fail("{}: expected a string, got {}", path, type_name(j));
+  if (!j.is_string()) fail("{}: expected a string, got {}", path, json_type_name(j));
   return j.get_ref<const std::string&>();
 }
 
@@ -53,7 +54,7 @@ std::vector<ContentPart> parse_parts(const Json& arr, const std::string& path) {
   for (size_t i = 0; i < arr.size(); ++i) {
     std::string p = fmt::format("{}[{}]", path, i);
     const Json& part = arr[i];
-    if (!part.is_object()) fail("{}: expected an object, got {}", p, type_name(part));
+    if (!part.is_object()) fail("{}: expected an object, got {}", p, json_type_name(part));
     auto type = part.find("type");
     if (type == part.end()) fail("{}.type: missing", p);
     ContentPart cp;
@@ -69,7 +70,7 @@ std::vector<ContentPart> parse_parts(const Json& arr, const std::string& path) {
 }
 
 ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOptions& opts) {
-  if (!j.is_object()) fail("{}: expected an object, got {}", path, type_name(j));
+  if (!j.is_object()) fail("{}: expected an object, got {}", path, json_type_name(j));
   ToolCall tc;
   if (auto id = j.find("id"); id != j.end() && !id->is_null()) {
     tc.id = want_string(*id, path + ".id");
@@ -77,7 +78,7 @@ ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOpti
   auto fn = j.find("function");
   if (fn == j.end()) fail("{}.function: missing", path);
   std::string fpath = path + ".function";
-  if (!fn->is_object()) fail("{}: expected an object, got {}", fpath, type_name(*fn));
+  if (!fn->is_object()) fail("{}: expected an object, got {}", fpath, json_type_name(*fn));
   auto name = fn->find("name");
   if (name == fn->end()) fail("{}.name: missing", fpath);
   tc.name = want_string(*name, fpath + ".name");
@@ -96,7 +97,7 @@ ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOpti
   if (parsed.is_discarded() || !parsed.is_object()) {
     if (!opts.lenient_arguments) {
       if (parsed.is_discarded()) fail("{}: not valid JSON", apath);
-      fail("{}: expected a JSON object, got {}", apath, type_name(parsed));
+      fail("{}: expected a JSON object, got {}", apath, json_type_name(parsed));
     }
     tc.arguments_valid = false;
     tc.arguments = Json::object();
@@ -107,7 +108,7 @@ ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOpti
 }
 
 Message parse_message(const Json& j, const std::string& path, const ParseOptions& opts) {
-  if (!j.is_object()) fail("{}: expected an object, got {}", path, type_name(j));
+  if (!j.is_object()) fail("{}: expected an object, got {}", path, json_type_name(j));
   Message m;
   auto role = j.find("role");
   if (role == j.end()) fail("{}.role: missing", path);
@@ -133,7 +134,7 @@ Message parse_message(const Json& j, const std::string& path, const ParseOptions
         m.content = std::move(joined);
       }
     } else if (!c->is_null()) {
-      fail("{}: expected a string, an array or null, got {}", cpath, type_name(*c));
+      fail("{}: expected a string, an array or null, got {}", cpath, json_type_name(*c));
     }
   }
   // The official encoder cannot render these without content (it would crash or print
@@ -151,7 +152,7 @@ Message parse_message(const Json& j, const std::string& path, const ParseOptions
   }
   if (auto tcs = j.find("tool_calls"); tcs != j.end() && !tcs->is_null()) {
     std::string tpath = path + ".tool_calls";
-    if (!tcs->is_array()) fail("{}: expected an array, got {}", tpath, type_name(*tcs));
+    if (!tcs->is_array()) fail("{}: expected an array, got {}", tpath, json_type_name(*tcs));
     if (m.role != Role::Assistant && !tcs->empty()) {
       fail("{}: only assistant messages carry tool calls", tpath);
     }
@@ -173,7 +174,7 @@ Message parse_message(const Json& j, const std::string& path, const ParseOptions
     m.task = parse_task(*t, path + ".task");
   }
   if (auto w = j.find("wo_eos"); w != j.end() && !w->is_null()) {
-    if (!w->is_boolean()) fail("{}.wo_eos: expected a boolean, got {}", path, type_name(*w));
+    if (!w->is_boolean()) fail("{}.wo_eos: expected a boolean, got {}", path, json_type_name(*w));
     m.no_eos = w->get<bool>();
   }
   return m;
@@ -182,15 +183,15 @@ Message parse_message(const Json& j, const std::string& path, const ParseOptions
 }  // namespace
 
 std::vector<Json> parse_tools(const Json& tools, std::string_view path) {
-  if (!tools.is_array()) fail("{}: expected an array, got {}", path, type_name(tools));
+  if (!tools.is_array()) fail("{}: expected an array, got {}", path, json_type_name(tools));
   std::vector<Json> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     std::string p = fmt::format("{}[{}]", path, i);
     const Json& t = tools[i];
-    if (!t.is_object()) fail("{}: expected an object, got {}", p, type_name(t));
+    if (!t.is_object()) fail("{}: expected an object, got {}", p, json_type_name(t));
     auto fn = t.find("function");
     if (fn == t.end()) fail("{}.function: missing", p);
-    if (!fn->is_object()) fail("{}.function: expected an object, got {}", p, type_name(*fn));
+    if (!fn->is_object()) fail("{}.function: expected an object, got {}", p, json_type_name(*fn));
     auto name = fn->find("name");
     if (name == fn->end()) fail("{}.function.name: missing", p);
     want_string(*name, p + ".function.name");
@@ -200,7 +201,7 @@ std::vector<Json> parse_tools(const Json& tools, std::string_view path) {
 }
 
 Conversation parse_messages(const Json& messages, const ParseOptions& opts) {
-  if (!messages.is_array()) fail("messages: expected an array, got {}", type_name(messages));
+  if (!messages.is_array()) fail("messages: expected an array, got {}", json_type_name(messages));
   Conversation conv;
   for (size_t i = 0; i < messages.size(); ++i) {
     conv.messages.push_back(parse_message(messages[i], fmt::format("messages[{}]", i), opts));
@@ -209,7 +210,7 @@ Conversation parse_messages(const Json& messages, const ParseOptions& opts) {
 }
 
 Conversation parse_chat_request(const Json& request, const ParseOptions& opts) {
-  if (!request.is_object()) fail("request: expected an object, got {}", type_name(request));
+  if (!request.is_object()) fail("request: expected an object, got {}", json_type_name(request));
   auto msgs = request.find("messages");
   if (msgs == request.end()) fail("messages: missing");
   Conversation conv = parse_messages(*msgs, opts);

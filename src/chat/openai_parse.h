@@ -11,6 +11,9 @@
 
 namespace ds4::chat {
 
+// "a string", "an object", ...: how error messages name a JSON value's type.
+const char* json_type_name(const Json& j);
+
 struct ParseOptions {
   // The official encoder renders tool-call arguments that are not valid JSON as a single
   // string parameter named "arguments". Off by default: such a request is an error.

@@ -21,20 +21,6 @@ chat::Json parse_body(std::string_view body) {
 
 namespace detail {
 
-const char* type_name(const Json& j) {
-  switch (j.type()) {
-    case Json::value_t::null: return "null";
-    case Json::value_t::boolean: return "a boolean";
-    case Json::value_t::number_integer:
-    case Json::value_t::number_unsigned:
-    case Json::value_t::number_float: return "a number";
-    case Json::value_t::string: return "a string";
-    case Json::value_t::array: return "an array";
-    case Json::value_t::object: return "an object";
-    default: return "an unsupported value";
-  }
-}
-
 void bad(const std::string& field, const std::string& what) {
   throw ApiError(400, fmt::format("{}: {}", field, what), field);
 }

@@ -5,12 +5,13 @@
 #include <string>
 
 #include "chat/conversation.h"
+#include "chat/openai_parse.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
 
 namespace ds4::server::detail {
 
-const char* type_name(const chat::Json& j);
+inline const char* type_name(const chat::Json& j) { return chat::json_type_name(j); }
 [[noreturn]] void bad(const std::string& field, const std::string& what);
 
 // Absent or null → nullopt.
