@@ -1,5 +1,6 @@
 #include "chat/dsml.h"
 
+#include "chat/json_limits.h"
 #include "chat/markers.h"
 #include "chat/py_json.h"
 #include "core/error.h"
@@ -23,45 +24,61 @@ DsmlCall dsml_call_from_tool_call(const ToolCall& call) {
   return out;
 }
 
-std::string render_invoke(const DsmlCall& call) {
-  std::string out;
-  out += mark::kInvokeOpen;
-  out += " name=\"";
-  out += call.name;
-  out += "\">\n";
+void render_invoke(const DsmlCall& call, MarkedText& out) {
+  // Names and values are the client's (or the model's): plain text, never control tokens.
+  out.templ(mark::kInvokeOpen);
+  out.plain(" name=\"");
+  out.plain(call.name);
+  out.plain("\">\n");
   for (size_t i = 0; i < call.params.size(); ++i) {
     const DsmlParam& p = call.params[i];
-    if (i) out += '\n';
-    out += mark::kParamOpen;
-    out += " name=\"";
-    out += p.name;
-    out += p.is_string ? "\" string=\"true\">" : "\" string=\"false\">";
-    out += p.value;
-    out += mark::kParamClose;
+    if (i) out.plain("\n");
+    out.templ(mark::kParamOpen);
+    out.plain(" name=\"");
+    out.plain(p.name);
+    out.plain(p.is_string ? "\" string=\"true\">" : "\" string=\"false\">");
+    out.plain(p.value);
+    out.templ(mark::kParamClose);
   }
-  out += '\n';
-  out += mark::kInvokeClose;
-  return out;
+  out.plain("\n");
+  out.templ(mark::kInvokeClose);
 }
 
-std::string render_tool_calls_block(const std::vector<DsmlCall>& calls) {
-  std::string out = "\n\n";
-  out += mark::kToolCallsOpen;
-  out += '\n';
+void render_tool_calls_block(const std::vector<DsmlCall>& calls, MarkedText& out) {
+  out.plain("\n\n");
+  out.templ(mark::kToolCallsOpen);
+  out.plain("\n");
   for (size_t i = 0; i < calls.size(); ++i) {
-    if (i) out += '\n';
-    out += render_invoke(calls[i]);
+    if (i) out.plain("\n");
+    render_invoke(calls[i], out);
   }
-  out += '\n';
-  out += mark::kToolCallsClose;
-  return out;
+  out.plain("\n");
+  out.templ(mark::kToolCallsClose);
 }
 
-std::string render_tool_calls_block(const std::vector<ToolCall>& calls) {
+void render_tool_calls_block(const std::vector<ToolCall>& calls, MarkedText& out) {
   std::vector<DsmlCall> dsml;
   dsml.reserve(calls.size());
   for (const auto& c : calls) dsml.push_back(dsml_call_from_tool_call(c));
-  return render_tool_calls_block(dsml);
+  render_tool_calls_block(dsml, out);
+}
+
+std::string render_invoke(const DsmlCall& call) {
+  MarkedText out;
+  render_invoke(call, out);
+  return std::move(out.text);
+}
+
+std::string render_tool_calls_block(const std::vector<DsmlCall>& calls) {
+  MarkedText out;
+  render_tool_calls_block(calls, out);
+  return std::move(out.text);
+}
+
+std::string render_tool_calls_block(const std::vector<ToolCall>& calls) {
+  MarkedText out;
+  render_tool_calls_block(calls, out);
+  return std::move(out.text);
 }
 
 std::string dsml_arguments_json(const DsmlCall& call) {
@@ -86,6 +103,9 @@ ToolCall tool_call_from_dsml(const DsmlCall& call, std::string id) {
   tc.id = std::move(id);
   tc.name = call.name;
   tc.arguments_text = dsml_arguments_json(call);
+  if (json_depth_violation(tc.arguments_text) != std::string_view::npos) {
+    fail("tool call '{}': a string=\"false\" parameter value nests deeper than {} levels", call.name, kMaxJsonDepth);
+  }
   tc.arguments = Json::parse(tc.arguments_text, nullptr, /*allow_exceptions=*/false);
   if (tc.arguments.is_discarded()) {
     fail("tool call '{}': a string=\"false\" parameter value is not JSON", call.name);

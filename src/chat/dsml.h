@@ -3,6 +3,7 @@
 // encoder writes for assistant history) and the conversion between DSML parameters and
 // JSON arguments.
 #include "chat/conversation.h"
+#include "chat/marked_text.h"
 
 #include <string>
 #include <vector>
@@ -34,6 +35,10 @@ std::string render_invoke(const DsmlCall& call);
 std::string render_tool_calls_block(const std::vector<DsmlCall>& calls);
 // Canonical block for JSON tool calls (used when the exact sampled block is unknown).
 std::string render_tool_calls_block(const std::vector<ToolCall>& calls);
+// The same, appended to a prompt with its control tokens marked (names and values plain).
+void render_invoke(const DsmlCall& call, MarkedText& out);
+void render_tool_calls_block(const std::vector<DsmlCall>& calls, MarkedText& out);
+void render_tool_calls_block(const std::vector<ToolCall>& calls, MarkedText& out);
 
 // A parsed call as a JSON tool call (for API responses): `arguments_text` is the official
 // decode_dsml_to_arguments text, `arguments` its parse. Throws ds4::Error naming the tool

@@ -24,6 +24,19 @@ inline constexpr std::string_view kInvokeClose = "</｜DSML｜invoke>";
 inline constexpr std::string_view kParamOpen = "<｜DSML｜parameter";
 inline constexpr std::string_view kParamClose = "</｜DSML｜parameter>";
 
+// Task tokens of user turns (official encoder's `task`).
+inline constexpr std::string_view kTaskAction = "<｜action｜>";
+inline constexpr std::string_view kTaskQuery = "<｜query｜>";
+inline constexpr std::string_view kTaskAuthority = "<｜authority｜>";
+inline constexpr std::string_view kTaskDomain = "<｜domain｜>";
+inline constexpr std::string_view kTaskTitle = "<｜title｜>";
+inline constexpr std::string_view kTaskReadUrl = "<｜read_url｜>";
+
+// Every control token the prompt format's constants contain (MarkedText::templ marks these).
+inline constexpr std::string_view kControlTokens[] = {
+    kBos, kEos, kUser, kAssistant, kLatestReminder, kThinkOpen, kThinkClose, kDsml,
+    kTaskAction, kTaskQuery, kTaskAuthority, kTaskDomain, kTaskTitle, kTaskReadUrl};
+
 inline constexpr std::string_view kToolResultOpen = "<tool_result>";
 inline constexpr std::string_view kToolResultClose = "</tool_result>";
 

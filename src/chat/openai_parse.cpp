@@ -1,5 +1,6 @@
 #include "chat/openai_parse.h"
 
+#include "chat/json_limits.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -93,6 +94,9 @@ ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOpti
   }
   const std::string& text = want_string(*args, apath);
   tc.arguments_text = text;
+  if (json_depth_violation(text) != std::string_view::npos) {
+    fail("{}: JSON nested deeper than {} levels", apath, kMaxJsonDepth);
+  }
   Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
     if (!opts.lenient_arguments) {
@@ -231,11 +235,16 @@ Conversation parse_chat_request(const Json& request, const ParseOptions& opts) {
 }
 
 Conversation parse_chat_request_text(std::string_view json_text, const ParseOptions& opts) {
+  if (size_t at = json_depth_violation(json_text); at != std::string_view::npos) {
+    fail("request: JSON nested deeper than {} levels (byte {})", kMaxJsonDepth, at + 1);
+  }
   Json j;
   try {
     j = Json::parse(json_text);
   } catch (const Json::parse_error& e) {
-    fail("request: not valid JSON (byte {}): {}", e.byte, e.what());
+    fail("request: not valid JSON (byte {})", e.byte);
+  } catch (const Json::exception&) {
+    fail("request: not valid JSON (a number out of range)");
   }
   return parse_chat_request(j, opts);
 }

@@ -127,12 +127,12 @@ std::vector<Turn> drop_early_developer_turns(std::vector<Turn> turns) {
 
 std::string_view task_token(Task t) {
   switch (t) {
-    case Task::Action: return "<｜action｜>";
-    case Task::Query: return "<｜query｜>";
-    case Task::Authority: return "<｜authority｜>";
-    case Task::Domain: return "<｜domain｜>";
-    case Task::Title: return "<｜title｜>";
-    case Task::ReadUrl: return "<｜read_url｜>";
+    case Task::Action: return mark::kTaskAction;
+    case Task::Query: return mark::kTaskQuery;
+    case Task::Authority: return mark::kTaskAuthority;
+    case Task::Domain: return mark::kTaskDomain;
+    case Task::Title: return mark::kTaskTitle;
+    case Task::ReadUrl: return mark::kTaskReadUrl;
     case Task::None: break;
   }
   return "";
@@ -151,20 +151,21 @@ bool py_truthy(const Json& j) {
   }
 }
 
-void append_tools_and_format(const Message& m, std::string& out) {
+// Tool schemas and the response format are the client's JSON: plain text.
+void append_tools_and_format(const Message& m, MarkedText& out) {
   if (!m.tools.empty()) {
-    out += "\n\n";
-    out += mark::kToolsHead;
+    out.plain("\n\n");
+    out.templ(mark::kToolsHead);
     for (size_t i = 0; i < m.tools.size(); ++i) {
-      if (i) out += '\n';
-      py_json_dump_to(m.tools[i], out);
+      if (i) out.plain("\n");
+      py_json_dump_to(m.tools[i], out.text);
     }
-    out += mark::kToolsTail;
+    out.templ(mark::kToolsTail);
   }
   if (m.response_format && py_truthy(*m.response_format)) {
-    out += "\n\n";
-    out += mark::kResponseFormatLead;
-    py_json_dump_to(*m.response_format, out);
+    out.plain("\n\n");
+    out.templ(mark::kResponseFormatLead);
+    py_json_dump_to(*m.response_format, out.text);
   }
 }
 
@@ -175,56 +176,57 @@ struct Ctx {
   long last_user;
 };
 
-void render_turn(const std::vector<Turn>& turns, size_t i, const Ctx& c, std::string& out) {
+// Client strings go in with plain(); control tokens only with control() or templ().
+void render_turn(const std::vector<Turn>& turns, size_t i, const Ctx& c, MarkedText& out) {
   const Turn& t = turns[i];
-  if (i == 0 && c.thinking && c.think_max) out += mark::kThinkMaxPrefix;
+  if (i == 0 && c.thinking && c.think_max) out.templ(mark::kThinkMaxPrefix);
 
   switch (t.role) {
     case Role::System:
-      out += t.src->content.value_or("");
+      out.plain(t.src->content.value_or(""));
       append_tools_and_format(*t.src, out);
       break;
     case Role::Developer:
       if (t.src->content.value_or("").empty()) {
         fail("messages[{}]: developer message needs non-empty content", t.source_index);
       }
-      out += mark::kUser;
-      out += *t.src->content;
+      out.control(mark::kUser);
+      out.plain(*t.src->content);
       append_tools_and_format(*t.src, out);
       break;
     case Role::User:
-      out += mark::kUser;
+      out.control(mark::kUser);
       for (size_t k = 0; k < t.blocks.size(); ++k) {
-        if (k) out += "\n\n";
+        if (k) out.plain("\n\n");
         const Block& b = t.blocks[k];
         if (b.is_tool_result) {
-          out += mark::kToolResultOpen;
-          out += b.text;
-          out += mark::kToolResultClose;
+          out.templ(mark::kToolResultOpen);
+          out.plain(b.text);
+          out.templ(mark::kToolResultClose);
         } else {
-          out += b.text;
+          out.plain(b.text);
         }
       }
       break;
     case Role::LatestReminder:
-      out += mark::kLatestReminder;
-      out += t.src->content.value_or("");
+      out.control(mark::kLatestReminder);
+      out.plain(t.src->content.value_or(""));
       break;
     case Role::Assistant: {
       const Message& m = *t.src;
       bool prev_has_task = i > 0 && turns[i - 1].task != Task::None;
       if (c.thinking && !prev_has_task &&
           (!c.drop || static_cast<long>(i) > c.last_user)) {
-        out += m.reasoning_content.value_or("");
-        out += mark::kThinkClose;
+        out.plain(m.reasoning_content.value_or(""));
+        out.control(mark::kThinkClose);
       }
-      out += m.content.value_or("");
+      out.plain(m.content.value_or(""));
       if (m.raw_tool_block) {
-        out += *m.raw_tool_block;
+        out.sampled_dsml(*m.raw_tool_block);
       } else if (!m.tool_calls.empty()) {
-        out += render_tool_calls_block(m.tool_calls);
+        render_tool_calls_block(m.tool_calls, out);
       }
-      if (!m.no_eos) out += mark::kEos;
+      if (!m.no_eos) out.control(mark::kEos);
       break;
     }
     case Role::Tool:
@@ -238,16 +240,16 @@ void render_turn(const std::vector<Turn>& turns, size_t i, const Ctx& c, std::st
   }
   if (t.task != Task::None) {
     if (t.task != Task::Action) {
-      out += task_token(t.task);
+      out.control(task_token(t.task));
     } else {
-      out += mark::kAssistant;
-      out += c.thinking ? mark::kThinkOpen : mark::kThinkClose;
-      out += task_token(t.task);
+      out.control(mark::kAssistant);
+      out.control(c.thinking ? mark::kThinkOpen : mark::kThinkClose);
+      out.control(task_token(t.task));
     }
   } else if (is_user_like(t.role)) {
-    out += mark::kAssistant;
+    out.control(mark::kAssistant);
     bool open = c.thinking && (!c.drop || static_cast<long>(i) >= c.last_user);
-    out += open ? mark::kThinkOpen : mark::kThinkClose;
+    out.control(open ? mark::kThinkOpen : mark::kThinkClose);
   }
 }
 
@@ -257,7 +259,7 @@ bool think_max_active(const RenderOptions& opts) {
   return opts.thinking == ThinkingMode::Max && opts.context_size >= kThinkMaxMinContext;
 }
 
-std::string render_prompt(const Conversation& conv, const RenderOptions& opts) {
+MarkedText render_prompt_marked(const Conversation& conv, const RenderOptions& opts) {
   std::vector<Turn> turns = merge_turns(conv);
   sort_tool_results(turns);
 
@@ -270,10 +272,14 @@ std::string render_prompt(const Conversation& conv, const RenderOptions& opts) {
   if (c.thinking && c.drop) turns = drop_early_developer_turns(std::move(turns));
   c.last_user = last_user_index(turns);
 
-  std::string out;
-  if (opts.add_bos) out += mark::kBos;
+  MarkedText out;
+  if (opts.add_bos) out.control(mark::kBos);
   for (size_t i = 0; i < turns.size(); ++i) render_turn(turns, i, c, out);
   return out;
+}
+
+std::string render_prompt(const Conversation& conv, const RenderOptions& opts) {
+  return std::move(render_prompt_marked(conv, opts).text);
 }
 
 }  // namespace ds4::chat

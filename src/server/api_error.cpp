@@ -1,5 +1,9 @@
 #include "server/api_error.h"
 
+#include <cstdio>
+
+#include "core/error.h"
+
 namespace ds4::server {
 
 const char* api_name(ApiKind k) {
@@ -51,8 +55,16 @@ const char* anthropic_type(int status) {
 
 }  // namespace
 
+std::string client_message(const std::exception& e) {
+  if (dynamic_cast<const ds4::Error*>(&e) || dynamic_cast<const ApiError*>(&e)) return e.what();
+  // A library's exception (nlohmann, std): its text describes our internals, not the request.
+  std::fprintf(stderr, "ds4-server: request rejected by an internal check: %s\n", e.what());
+  return "request: a value could not be processed";
+}
+
 ApiError bad_request_from(const std::exception& e) {
-  std::string msg = e.what();
+  if (auto* api = dynamic_cast<const ApiError*>(&e)) return *api;
+  std::string msg = client_message(e);
   return ApiError(400, msg, leading_path(msg));
 }
 

@@ -28,6 +28,9 @@ class ApiError : public std::runtime_error {
 // 400 from a ds4::Error whose message starts with a JSON path ("messages[2].role: ..."):
 // the path becomes the error's `param`.
 ApiError bad_request_from(const std::exception& e);
+// The text of `e` when it is one of ours (ds4::Error, ApiError), which name the field;
+// a fixed message for anything else (library texts are logged to stderr, not sent).
+std::string client_message(const std::exception& e);
 
 // Error body for `api` (Messages → Anthropic shape, everything else → OpenAI shape).
 nlohmann::json error_body(ApiKind api, int status, const std::string& message, const std::string& param = {},

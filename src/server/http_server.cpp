@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "server/api_error.h"
 #include "server/conn_probe.h"
-#include "server/prompt_tokens.h"
+#include "server/prepare.h"
 #include "server/request_parse.h"
 #include "server/writers.h"
 
@@ -160,44 +160,9 @@ struct HttpServer::Impl {
     route("/v1/messages", ApiKind::Messages);
   }
 
-  // Parses, renders and tokenizes on the request's thread, so that every client error is
-  // answered before the job is queued.
   std::shared_ptr<Job> prepare(ApiKind api, const httplib::Request& req) {
-    json body = parse_body(req.body);
     auto job = std::make_shared<Job>();
-    switch (api) {
-      case ApiKind::Chat: job->req = parse_chat_completions(body, pctx); break;
-      case ApiKind::Completions: job->req = parse_completions(body, pctx); break;
-      case ApiKind::Responses: job->req = parse_responses(body, pctx); break;
-      case ApiKind::Messages: job->req = parse_messages(body, pctx); break;
-    }
-    GenRequest& g = job->req;
-    EncodeFn encode = [this](std::string_view t, bool special) { return model.encode(t, special); };
-    if (g.conversation) {
-      try {
-        job->prompt_text = chat::render_prompt(*g.conversation, g.render);
-      } catch (const std::exception& e) {
-        throw ApiError(400, std::string(api == ApiKind::Messages ? "messages: " : "") + e.what(), "messages");
-      }
-      job->prompt = tokenize_rendered(encode, job->prompt_text, user_texts(*g.conversation));
-      constexpr std::string_view think = "<think>";
-      job->starts_in_reasoning = job->prompt_text.size() >= think.size() &&
-                                 job->prompt_text.compare(job->prompt_text.size() - think.size(), think.size(), think) == 0;
-    } else {
-      job->prompt_text = g.raw_prompt;
-      job->prompt = model.encode(g.raw_prompt, true);
-    }
-    const int64_t n = static_cast<int64_t>(job->prompt.size());
-    const int64_t n_ctx = model.n_ctx();
-    if (n == 0) throw ApiError(400, "the prompt is empty after tokenization", "messages");
-    if (n >= n_ctx) {
-      throw ApiError(400,
-                     fmt::format("context overflow: the prompt is {} tokens and the context holds {}; it is {} tokens "
-                                 "too long (at least one position must remain for the reply)",
-                                 n, n_ctx, n - n_ctx + 1),
-                     "messages", "context_length_exceeded");
-    }
-    job->max_tokens = g.max_tokens > 0 ? g.max_tokens : opts.default_max_tokens;
+    prepare_job(api, req.body, pctx, model, *job);
     return job;
   }
 

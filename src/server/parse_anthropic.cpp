@@ -182,7 +182,7 @@ GenRequest parse_messages(const Json& body, const ParseContext& ctx) {
   try {
     r.conversation = chat::parse_chat_request(chat_req);
   } catch (const std::exception& e) {
-    throw ApiError(400, fmt::format("messages: {}", e.what()), "messages");
+    throw ApiError(400, fmt::format("messages: {}", client_message(e)), "messages");
   }
   attach_tool_blocks(*r.conversation, ctx);
   return r;

@@ -175,7 +175,7 @@ GenRequest parse_responses(const Json& body, const ParseContext& ctx) {
   try {
     r.conversation = chat::parse_chat_request(chat_req);
   } catch (const std::exception& e) {
-    throw ApiError(400, fmt::format("input: {}", e.what()), "input");
+    throw ApiError(400, fmt::format("input: {}", client_message(e)), "input");
   }
   attach_tool_blocks(*r.conversation, ctx);
   return r;

@@ -1,50 +1,24 @@
 #include "server/prompt_tokens.h"
 
-#include <algorithm>
 #include <string>
 
 namespace ds4::server {
 
-bool has_marker_text(std::string_view s) {
-  // Every DeepSeek V4 special token contains U+FF5C "｜" except the think tags.
-  return s.find("\xEF\xBD\x9C") != std::string_view::npos || s.find("<think>") != std::string_view::npos ||
-         s.find("</think>") != std::string_view::npos;
-}
-
-std::vector<int32_t> tokenize_rendered(const EncodeFn& encode, std::string_view rendered,
-                                       const std::vector<std::string_view>& user_texts) {
-  std::vector<std::string_view> risky;
-  for (auto t : user_texts) {
-    if (!t.empty() && has_marker_text(t)) risky.push_back(t);
-  }
-  if (risky.empty()) return encode(rendered, true);
-
-  // Byte ranges of verbatim user text, longest strings first so that a string contained in
-  // another one does not split it.
-  std::sort(risky.begin(), risky.end(), [](auto a, auto b) { return a.size() > b.size(); });
-  std::vector<std::pair<size_t, size_t>> ranges;
-  for (auto t : risky) {
-    for (size_t pos = rendered.find(t); pos != std::string_view::npos; pos = rendered.find(t, pos + t.size())) {
-      size_t end = pos + t.size();
-      bool overlaps = std::any_of(ranges.begin(), ranges.end(),
-                                  [&](auto r) { return pos < r.second && r.first < end; });
-      if (!overlaps) ranges.emplace_back(pos, end);
-    }
-  }
-  std::sort(ranges.begin(), ranges.end());
+std::vector<int32_t> tokenize_marked(const EncodeFn& encode, const chat::MarkedText& prompt) {
   std::vector<int32_t> out;
-  size_t at = 0;
+  const std::string_view text = prompt.text;
   auto append = [&](std::string_view part, bool special) {
     if (part.empty()) return;
     auto ids = encode(part, special);
     out.insert(out.end(), ids.begin(), ids.end());
   };
-  for (auto [b, e] : ranges) {
-    append(rendered.substr(at, b - at), true);
-    append(rendered.substr(b, e - b), false);
+  size_t at = 0;
+  for (auto [b, e] : prompt.controls) {
+    append(text.substr(at, b - at), false);
+    append(text.substr(b, e - b), true);
     at = e;
   }
-  append(rendered.substr(at), true);
+  append(text.substr(at), false);
   return out;
 }
 

@@ -1,25 +1,28 @@
 #pragma once
-// Token ids of a rendered chat prompt.
+// Token ids of a rendered chat prompt, built so that no client string can become a control
+// token.
 //
-// HF tokenizes the rendered template with special-token parsing on, so that the template's
-// own markers ("<｜User｜>", "<think>", "｜DSML｜") become single tokens. Parsing the whole text
-// that way would also turn marker text typed by a user into control tokens. When no
-// user-supplied string contains marker-like text (the normal case) the prompt is encoded in
-// one piece exactly like HF. Otherwise each verbatim occurrence of such a string is encoded
-// with special parsing off and the template text around it with it on.
+// The renderer records where it placed each control token (chat/marked_text.h). The text is
+// split only there: each recorded control token is encoded with special-token parsing on
+// (one id), and every stretch between two of them — template text and client text alike —
+// with it off. Nothing is searched for in client text, so no content, name, schema, argument
+// or overlap with the template around it can produce a control token.
+//
+// For prompts whose client strings contain no control-token text this gives exactly HF's ids
+// for the whole text with special parsing on (what the official encoder's users run): HF
+// also splits at every special token first and encodes the pieces between them on their own.
+// tests/unit/server/test_prompt_tokens.cpp checks it on every rendered-prompt fixture.
 #include <cstdint>
 #include <functional>
 #include <string_view>
 #include <vector>
 
+#include "chat/marked_text.h"
+
 namespace ds4::server {
 
 using EncodeFn = std::function<std::vector<int32_t>(std::string_view text, bool parse_special)>;
 
-// True when `s` contains text that special-token parsing could turn into a marker.
-bool has_marker_text(std::string_view s);
-
-std::vector<int32_t> tokenize_rendered(const EncodeFn& encode, std::string_view rendered,
-                                       const std::vector<std::string_view>& user_texts);
+std::vector<int32_t> tokenize_marked(const EncodeFn& encode, const chat::MarkedText& prompt);
 
 }  // namespace ds4::server

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "chat/json_limits.h"
 #include "chat/markers.h"
 
 namespace ds4::server {
@@ -12,10 +13,17 @@ namespace ds4::server {
 using chat::Json;
 
 chat::Json parse_body(std::string_view body) {
+  if (size_t at = chat::json_depth_violation(body); at != std::string_view::npos) {
+    throw ApiError(400, fmt::format("request: JSON nested deeper than {} levels (byte {})", chat::kMaxJsonDepth, at + 1),
+                   "request");
+  }
   try {
     return Json::parse(body);
   } catch (const Json::parse_error& e) {
     throw ApiError(400, fmt::format("request: not valid JSON (byte {})", e.byte), "request");
+  } catch (const Json::exception&) {
+    // out_of_range 406 ("1e400"): the library's text is not an API message.
+    throw ApiError(400, "request: not valid JSON (a number is out of range)", "request");
   }
 }
 
@@ -192,25 +200,5 @@ bool tool_choice_allows_tools(const Json& body) {
 }
 
 }  // namespace detail
-
-std::vector<std::string_view> user_texts(const chat::Conversation& conv) {
-  std::vector<std::string_view> out;
-  for (const auto& m : conv.messages) {
-    if (m.content) out.emplace_back(*m.content);
-    if (m.reasoning_content) out.emplace_back(*m.reasoning_content);
-    if (m.content_parts) {
-      for (const auto& p : *m.content_parts) out.emplace_back(p.text);
-    }
-    for (const auto& tc : m.tool_calls) {
-      out.emplace_back(tc.arguments_text);
-      if (tc.arguments.is_object()) {
-        for (const auto& [k, v] : tc.arguments.items()) {
-          if (v.is_string()) out.emplace_back(v.get_ref<const std::string&>());
-        }
-      }
-    }
-  }
-  return out;
-}
 
 }  // namespace ds4::server

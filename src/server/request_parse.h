@@ -30,9 +30,4 @@ GenRequest parse_completions(const chat::Json& body, const ParseContext& ctx);
 GenRequest parse_responses(const chat::Json& body, const ParseContext& ctx);
 GenRequest parse_messages(const chat::Json& body, const ParseContext& ctx);
 
-// Strings from the client that are copied verbatim into the prompt (message text, reasoning,
-// tool arguments). Used to keep special-token text typed by a user from becoming a special
-// token (prompt_tokens.h).
-std::vector<std::string_view> user_texts(const chat::Conversation& conv);
-
 }  // namespace ds4::server

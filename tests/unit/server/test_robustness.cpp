@@ -116,14 +116,14 @@ bool handle(int api, std::string_view text) {
     return false;
   }
   if (!r.conversation) return true;
-  std::string prompt;
+  chat::MarkedText prompt;
   try {
-    prompt = chat::render_prompt(*r.conversation, r.render);
+    prompt = chat::render_prompt_marked(*r.conversation, r.render);
   } catch (const ds4::Error&) {
     return false;  // answered as 400 by the HTTP layer
   }
   EncodeFn enc = [](std::string_view t, bool) { return std::vector<int32_t>(t.size() / 3, 1); };
-  (void)tokenize_rendered(enc, prompt, user_texts(*r.conversation));
+  (void)tokenize_marked(enc, prompt);
   return true;
 }
 
