@@ -42,6 +42,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(CudaOptions opt);
   ~CudaBackend() override;
   const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_; }
 
   void* alloc(size_t bytes) override;
   void release(void* p) override;
@@ -110,8 +111,9 @@ class CudaBackend final : public Backend {
   static constexpr size_t kStagingBytes = 64u << 20;
   uint8_t* staging_[kStaging] = {};
   cudaEvent_t staged_[kStaging] = {};
-  size_t uploaded_ = 0;
-  double upload_s_ = 0;
+  size_t uploaded_ = 0;    // weight bytes copied so far
+  double upload_s_ = 0;    // seconds spent copying them
+  std::chrono::steady_clock::time_point last_print_{};
 };
 
 CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
@@ -239,7 +241,6 @@ void CudaBackend::register_weights(const void* data, size_t bytes, const std::st
         check(cudaEventCreateWithFlags(&staged_[i], cudaEventDisableTiming), "cudaEventCreate(staging)");
       }
     const auto t0 = std::chrono::steady_clock::now();
-    auto last = t0;
     const auto* src = static_cast<const uint8_t*>(data);
     int slot = 0;
     for (size_t off = 0; off < bytes; off += kStagingBytes, slot = (slot + 1) % kStaging) {
@@ -249,18 +250,19 @@ void CudaBackend::register_weights(const void* data, size_t bytes, const std::st
       check(cudaMemcpyAsync(dev + off, staging_[slot], n, cudaMemcpyHostToDevice, stream_), "weight upload");
       check(cudaEventRecord(staged_[slot], stream_), "cudaEventRecord(staging)");
       const auto now = std::chrono::steady_clock::now();
-      if (opt_.verbose && std::chrono::duration<double>(now - last).count() > 1.0) {
-        last = now;
-        const double s = std::chrono::duration<double>(now - t0).count();
-        std::fprintf(stderr, "cuda: uploading %s: %.2f / %.2f GB, %.2f GB/s\n", what.c_str(), (off + n) / 1e9,
-                     bytes / 1e9, (off + n) / 1e9 / s);
+      if (opt_.verbose && std::chrono::duration<double>(now - last_print_).count() > 1.0) {
+        last_print_ = now;
+        const double s = upload_s_ + std::chrono::duration<double>(now - t0).count();
+        std::fprintf(stderr, "cuda: weights: %.2f GB on the device, %.2f GB/s (%s: %.2f of %.2f GB)\n",
+                     (uploaded_ + off + n) / 1e9, (uploaded_ + off + n) / 1e9 / s, what.c_str(), (off + n) / 1e9,
+                     bytes / 1e9);
       }
     }
     check(cudaStreamSynchronize(stream_), "weight upload");
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     uploaded_ += bytes;
     upload_s_ += s;
-    if (opt_.verbose && bytes >= (size_t{256} << 20))
+    if (opt_.verbose && bytes >= (size_t{1} << 30))
       std::fprintf(stderr, "cuda: uploaded %s: %.2f GB in %.2f s (%.2f GB/s); %.2f GB of weights on the device\n",
                    what.c_str(), bytes / 1e9, s, bytes / 1e9 / s, uploaded_ / 1e9);
   } catch (...) {
@@ -504,3 +506,10 @@ std::string cuda_device_summary() {
 }
 
 }  // namespace ds4::compute
+
+namespace ds4::cuda {
+cudaStream_t backend_stream(compute::Backend& be) {
+  auto* c = dynamic_cast<compute::CudaBackend*>(&be);
+  return c ? c->stream() : nullptr;
+}
+}  // namespace ds4::cuda

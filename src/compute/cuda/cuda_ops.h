@@ -77,3 +77,12 @@ void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t
                int32_t* experts, float* weights, int* err, cudaStream_t s);
 
 }  // namespace ds4::cuda
+
+namespace ds4::compute {
+class Backend;
+}
+namespace ds4::cuda {
+// The stream a CUDA backend queues its work on (for the check programs' CUDA-event timing);
+// null when `be` is not a CUDA backend.
+cudaStream_t backend_stream(compute::Backend& be);
+}  // namespace ds4::cuda

@@ -316,7 +316,8 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n_keys, nw), 1024));
+  // At least 4 keys a warp: each block reads q (n_heads*head_dim floats) once from L2.
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n_keys, nw * 4), 1024));
   const int J = static_cast<int>((head_dim + 31) / 32);
   const int nh = static_cast<int>(n_heads);
   auto go = [&](auto kern) {
