@@ -569,6 +569,7 @@ void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bo
   // Make a few logits exceed the softplus cutoff (20) and two equal, to decide a tie.
   lh[0] = 25.0f;
   if (E > 3) lh[2] = lh[3];
+  if (E <= 8) lh[2] = lh[3] = 5.0f;  // k = 2: expert 0, then the tie 2/3 decided for 2
   std::vector<float> bh = normal(E, 0.3f);
   const int64_t n_vocab = 1000;
   std::vector<int32_t> tid(n_vocab * k);

@@ -14,11 +14,14 @@ namespace ds4::cuda {
 namespace {
 
 // ---- attention --------------------------------------------------------------------------------
-// Split over rows: block (c, h) visits rows [c*rpb, (c+1)*rpb) for head h; each warp keeps an
-// online softmax (running max m, sum l, accumulator o) over the rows it takes, the block merges
-// its warps and writes one partial (m, l, o[head_dim]); a second kernel merges the partials of
-// a head with its sink. Lane `lane` holds dims lane + 32*j. The result equals the CPU's
-// two-pass softmax up to float rounding (other summation order, rescaling by e^{m-m'}).
+// Split over rows: warp w of block (c, g) takes head h = g*kHeadsPerBlock + w over rows
+// [c*rpb, (c+1)*rpb) with an online softmax (running max m, sum l, accumulator o) and writes
+// one partial (m, l, o[head_dim]) for (h, c); the block's warps walk the same rows, so each
+// row comes from L2 once per block and from L1 for the other heads. A second kernel merges a
+// head's partials with its sink. Lane `lane` holds dims lane + 32*j. The result equals the
+// CPU's two-pass softmax up to float rounding (other summation order, rescaling by e^{m-m'}).
+
+constexpr int kHeadsPerBlock = 8;
 
 __device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t head_dim, int* err) {
   if (r < kv.n_win) {
@@ -38,11 +41,12 @@ __device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t h
 }
 
 template <int J>
-__global__ void k_attn_partial(const float* q, int64_t head_dim, AttnRows kv, int64_t rows_per_block, float scale,
-                               float* part, int* err) {
-  extern __shared__ float sh[];  // [nw] m, [nw] l, [nw][head_dim] o
-  const int h = blockIdx.y, c = blockIdx.x, nb = gridDim.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+__global__ void k_attn_partial(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv,
+                               int64_t rows_per_block, float scale, float* part, int* err) {
+  const int c = blockIdx.x, nb = gridDim.x;
+  const int lane = threadIdx.x & 31;
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kHeadsPerBlock + (threadIdx.x >> 5);
+  if (h >= n_heads) return;  // whole warp; no block-wide synchronization below
   const float* qh = q + h * head_dim;
   float qv[J], o[J];
 #pragma unroll
@@ -54,51 +58,49 @@ __global__ void k_attn_partial(const float* q, int64_t head_dim, AttnRows kv, in
   float m = -INFINITY, l = 0.0f;
   const int64_t total = kv.n_win + kv.n_sel;
   const int64_t r0 = c * rows_per_block, r1 = min(total, r0 + rows_per_block);
-  for (int64_t r = r0 + warp; r < r1; r += nw) {
-    const float* row = attn_row(kv, r, head_dim, err);
-    if (!row) continue;  // bad index: recorded, raised at the next synchronize
-    float rv[J];
-    float dot = 0.0f;
+  // Two rows per step so that two rows' loads are in flight; updates stay in row order.
+  for (int64_t r = r0; r < r1; r += 2) {
+    const float* row0 = attn_row(kv, r, head_dim, err);  // null: bad index, recorded, skipped
+    const float* row1 = r + 1 < r1 ? attn_row(kv, r + 1, head_dim, err) : nullptr;
+    float rv0[J], rv1[J];
+    float dot0 = 0.0f, dot1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < J; ++j) {
       const int64_t d = lane + 32 * j;
-      rv[j] = d < head_dim ? row[d] : 0.0f;
-      dot += qv[j] * rv[j];
+      rv0[j] = row0 && d < head_dim ? __ldg(row0 + d) : 0.0f;
+      rv1[j] = row1 && d < head_dim ? __ldg(row1 + d) : 0.0f;
+      dot0 += qv[j] * rv0[j];
+      dot1 += qv[j] * rv1[j];
     }
-    const float s = warp_sum(dot) * scale;
-    const float mn = fmaxf(m, s);
-    const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
-    const float e = expf(s - mn);
-    l = l * corr + e;
+    dot0 = warp_sum(dot0);
+    dot1 = warp_sum(dot1);
+    if (row0) {
+      const float s0 = dot0 * scale;
+      const float mn = fmaxf(m, s0);
+      const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+      const float e = expf(s0 - mn);
+      l = l * corr + e;
 #pragma unroll
-    for (int j = 0; j < J; ++j) o[j] = o[j] * corr + e * rv[j];
-    m = mn;
+      for (int j = 0; j < J; ++j) o[j] = o[j] * corr + e * rv0[j];
+      m = mn;
+    }
+    if (row1) {
+      const float s1 = dot1 * scale;
+      const float mn = fmaxf(m, s1);
+      const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
+      const float e = expf(s1 - mn);
+      l = l * corr + e;
+#pragma unroll
+      for (int j = 0; j < J; ++j) o[j] = o[j] * corr + e * rv1[j];
+      m = mn;
+    }
   }
-  float* sm = sh;
-  float* sl = sh + nw;
-  float* so = sh + 2 * nw;
-  if (lane == 0) sm[warp] = m, sl[warp] = l;
+  float* out = part + (h * nb + c) * (head_dim + 2);
+  if (lane == 0) out[0] = m, out[1] = l;
 #pragma unroll
   for (int j = 0; j < J; ++j) {
     const int64_t d = lane + 32 * j;
-    if (d < head_dim) so[warp * head_dim + d] = o[j];
-  }
-  __syncthreads();
-  float M = -INFINITY;
-  for (int w = 0; w < nw; ++w) M = fmaxf(M, sm[w]);
-  float* out = part + (static_cast<int64_t>(h) * nb + c) * (head_dim + 2);
-  if (threadIdx.x == 0) {
-    float L = 0.0f;
-    for (int w = 0; w < nw; ++w)
-      if (sm[w] != -INFINITY) L += sl[w] * expf(sm[w] - M);
-    out[0] = M;
-    out[1] = L;
-  }
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int w = 0; w < nw; ++w)
-      if (sm[w] != -INFINITY) acc += so[w * head_dim + d] * expf(sm[w] - M);
-    out[2 + d] = acc;
+    if (d < head_dim) out[2 + d] = o[j];
   }
 }
 
@@ -129,9 +131,9 @@ __global__ void k_attn_combine(const float* part, int nb, int64_t head_dim, cons
 }
 
 template <int J>
-void launch_attn_partial(dim3 grid, int threads, size_t shm, cudaStream_t s, const float* q, int64_t head_dim,
+void launch_attn_partial(dim3 grid, cudaStream_t s, const float* q, int64_t n_heads, int64_t head_dim,
                          const AttnRows& kv, int64_t rpb, float scale, float* part, int* err) {
-  k_attn_partial<J><<<grid, threads, shm, s>>>(q, head_dim, kv, rpb, scale, part, err);
+  k_attn_partial<J><<<grid, 32 * kHeadsPerBlock, 0, s>>>(q, n_heads, head_dim, kv, rpb, scale, part, err);
 }
 
 // ---- indexer scores ---------------------------------------------------------------------------
@@ -279,30 +281,23 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
                float* out, int* err, cudaStream_t s) {
   if (n_heads <= 0 || head_dim <= 0) return;
   if (head_dim > 1024) fail("CUDA attention: head_dim {} exceeds 1024", head_dim);
-  if (n_heads > 65535) fail("CUDA attention: {} heads exceed the grid", n_heads);
+  if (n_heads > 65535 * kHeadsPerBlock) fail("CUDA attention: {} heads exceed the grid", n_heads);
   const int64_t total = kv.n_win + kv.n_sel;
-  // About 1024 blocks over all heads, at least 16 rows a block, at most 1024 partials a head.
-  int64_t nb = std::max<int64_t>(1, (1024 + n_heads - 1) / n_heads);
-  nb = std::min<int64_t>(nb, std::max<int64_t>(1, (total + 15) / 16));
-  int64_t rpb = std::max<int64_t>(1, (total + nb - 1) / nb);
-  nb = std::max<int64_t>(1, (total + rpb - 1) / rpb);
-  if (nb > 1024) {
-    rpb = (total + 1023) / 1024;
-    nb = (total + rpb - 1) / rpb;
-  }
-  const int threads = 128, nw = threads / 32;
+  // 8..256 rows a warp, about 64 chunks at short contexts; at most 1024 partials a head.
+  int64_t rpb = std::clamp<int64_t>((total + 63) / 64, 8, 256);
+  rpb = std::max<int64_t>(rpb, (total + 1023) / 1024);
+  const int64_t nb = std::max<int64_t>(1, (total + rpb - 1) / rpb);
   float* part = nullptr;
   const size_t part_bytes = static_cast<size_t>(n_heads * nb * (head_dim + 2)) * sizeof(float);
   check(cudaMallocAsync(reinterpret_cast<void**>(&part), part_bytes, s), "cudaMallocAsync(attention partials)");
-  const size_t shm = static_cast<size_t>(2 * nw + nw * head_dim) * sizeof(float);
-  const dim3 grid(static_cast<unsigned>(nb), static_cast<unsigned>(n_heads));
+  const dim3 grid(static_cast<unsigned>(nb), static_cast<unsigned>((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
   const int J = static_cast<int>((head_dim + 31) / 32);
-  if (J <= 1) launch_attn_partial<1>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 2) launch_attn_partial<2>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 4) launch_attn_partial<4>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 8) launch_attn_partial<8>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 16) launch_attn_partial<16>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
-  else launch_attn_partial<32>(grid, threads, shm, s, q, head_dim, kv, rpb, scale, part, err);
+  if (J <= 1) launch_attn_partial<1>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
+  else if (J <= 2) launch_attn_partial<2>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
+  else if (J <= 4) launch_attn_partial<4>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
+  else if (J <= 8) launch_attn_partial<8>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
+  else if (J <= 16) launch_attn_partial<16>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
+  else launch_attn_partial<32>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
   check_launch("attention_partial");
   k_attn_combine<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(part, static_cast<int>(nb), head_dim, sinks, out);
   check_launch("attention_combine");
