@@ -603,7 +603,7 @@ int main(int argc, char** argv) {
   rng.seed(seed);
   int n_dev = 0;
   if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
-    std::printf("SKIP: no CUDA device (%s)", compute::cuda_device_summary().c_str());
+    std::printf("SKIP: %s", compute::cuda_device_summary().c_str());
     return 77;
   }
   std::printf("%s", compute::cuda_device_summary().c_str());
