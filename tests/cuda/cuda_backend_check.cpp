@@ -647,6 +647,7 @@ int main(int argc, char** argv) {
     case_hc_pre(4, 4, 4096, false);
     case_hc_pre(2, 4, 4096, true);
     case_hc_pre(3, 2, 16, false);
+    case_hc_pre(2, 6, 64, false);  // n_hc^2 > 32: the one-thread Sinkhorn
     case_hc_post(1, 4, 4096);
     case_hc_post(4, 4, 4096);
     case_hc_post(2, 2, 16);

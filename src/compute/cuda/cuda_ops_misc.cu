@@ -292,6 +292,44 @@ __device__ void hc_split_mix_dev(const float* mix, const float* scale, const flo
   }
 }
 
+// The same split on one warp, lane L = i*n_hc + j holding comb[i][j] (n_hc*n_hc <= 32): each
+// row/column sum gathers its terms by shuffles and adds them in the CPU's index order, so
+// every lane performs exactly the serial version's operations for its entry.
+__device__ void hc_split_mix_warp(const float* mix, const float* scale, const float* base, int n_hc, int iters,
+                                  float eps, float* pre, float* post, float* comb) {
+  const int L = threadIdx.x & 31;
+  const bool ok = L < n_hc * n_hc;
+  const int i = ok ? L / n_hc : 0, j = ok ? L % n_hc : 0;
+  if (L < n_hc) {
+    pre[L] = 1.0f / (1.0f + expf_ref(-(mix[L] * scale[0] + base[L]))) + eps;
+    post[L] = 2.0f * (1.0f / (1.0f + expf_ref(-(mix[n_hc + L] * scale[1] + base[n_hc + L]))));
+  }
+  const int off = 2 * n_hc;
+  float v = ok ? mix[off + L] * scale[2] + base[off + L] : 0.0f;
+  float mx = -INFINITY;
+  for (int jj = 0; jj < n_hc; ++jj) mx = std_max(mx, __shfl_sync(kFull, v, i * n_hc + jj));
+  v = expf_ref(v - mx);
+  float sum = 0;
+  for (int jj = 0; jj < n_hc; ++jj) sum += __shfl_sync(kFull, v, i * n_hc + jj);
+  v = v / sum + eps;
+  auto col_norm = [&] {
+    float t = 0;
+    for (int ii = 0; ii < n_hc; ++ii) t += __shfl_sync(kFull, v, ii * n_hc + j);
+    v /= t + eps;
+  };
+  auto row_norm = [&] {
+    float t = 0;
+    for (int jj = 0; jj < n_hc; ++jj) t += __shfl_sync(kFull, v, i * n_hc + jj);
+    v /= t + eps;
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    row_norm();
+    col_norm();
+  }
+  if (ok) comb[L] = v;
+}
+
 constexpr int kMaxHc = 16;
 
 // One block per row: RMS of all streams (double), scale the mixes in place, split them (one
@@ -317,12 +355,15 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
     m_sh[k] = v;
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    if (head) {
-      for (int i = 0; i < n_hc; ++i) pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
-    } else {
-      hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+  if (head) {
+    if (threadIdx.x < n_hc) {
+      const int i = threadIdx.x;
+      pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
     }
+  } else if (n_hc * n_hc <= 32) {
+    if (threadIdx.x < 32) hc_split_mix_warp(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+  } else if (threadIdx.x == 0) {
+    hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
   }
   __syncthreads();
   if (!head) {
