@@ -11,6 +11,7 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -35,6 +36,22 @@ const char* err_text(int code) {
     case cuda::kErrRouteExpert: return "moe_route: hash-routing table names an expert outside [0, n_expert)";
   }
   return "unknown device error";
+}
+
+// memcpy of a staging chunk on several threads: reading a mapped model file (page faults,
+// tmpfs or page cache) is slower than the host-to-device copy on one thread.
+void parallel_copy(uint8_t* dst, const uint8_t* src, size_t n) {
+  const size_t nt = std::min<size_t>(8, std::max(1u, std::thread::hardware_concurrency()));
+  if (n < (size_t{8} << 20) || nt == 1) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const size_t per = (n / nt + 4095) / 4096 * 4096;
+  std::vector<std::thread> th;
+  for (size_t off = per; off < n; off += per)
+    th.emplace_back([=] { std::memcpy(dst + off, src + off, std::min(per, n - off)); });
+  std::memcpy(dst, src, std::min(per, n));
+  for (auto& t : th) t.join();
 }
 
 class CudaBackend final : public Backend {
@@ -246,7 +263,7 @@ void CudaBackend::register_weights(const void* data, size_t bytes, const std::st
     for (size_t off = 0; off < bytes; off += kStagingBytes, slot = (slot + 1) % kStaging) {
       const size_t n = std::min(kStagingBytes, bytes - off);
       check(cudaEventSynchronize(staged_[slot]), "staging buffer wait");  // its previous copy is done
-      std::memcpy(staging_[slot], src + off, n);
+      parallel_copy(staging_[slot], src + off, n);
       check(cudaMemcpyAsync(dev + off, staging_[slot], n, cudaMemcpyHostToDevice, stream_), "weight upload");
       check(cudaEventRecord(staged_[slot], stream_), "cudaEventRecord(staging)");
       const auto now = std::chrono::steady_clock::now();
