@@ -48,9 +48,14 @@ void parallel_copy(uint8_t* dst, const uint8_t* src, size_t n) {
   }
   const size_t per = (n / nt + 4095) / 4096 * 4096;
   std::vector<std::thread> th;
-  for (size_t off = per; off < n; off += per)
-    th.emplace_back([=] { std::memcpy(dst + off, src + off, std::min(per, n - off)); });
+  size_t done = per;  // bytes from `done` on are copied here if a thread cannot start
+  try {
+    for (; done < n; done += per)
+      th.emplace_back([=] { std::memcpy(dst + done, src + done, std::min(per, n - done)); });
+  } catch (...) {
+  }
   std::memcpy(dst, src, std::min(per, n));
+  if (done < n) std::memcpy(dst + done, src + done, n - done);
   for (auto& t : th) t.join();
 }
 
