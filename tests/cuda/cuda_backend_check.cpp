@@ -311,6 +311,53 @@ void case_embed(GgmlType type, int64_t n_rows, int64_t n_in, int64_t rows, int c
   check_exact("embed " + std::string(tr.name), shp({rows, copies, n_in}) + " of " + std::to_string(n_rows), X);
 }
 
+// upload / copy / download round trip; re-registering a held range; a partial overlap and an
+// impossible allocation are errors that name what went wrong.
+void case_memory() {
+  std::vector<float> h = normal(100003);
+  Buffer<float> a(*GPU, h.size()), b(*GPU, h.size());
+  a.from_host(h);
+  GPU->copy(b.data(), a.data(), h.size() * sizeof(float));
+  std::vector<float> back = b.to_host();
+  const bool same = std::memcmp(back.data(), h.data(), h.size() * sizeof(float)) == 0;
+  std::printf("%-28s %-34s %s\n", "upload/copy/download", shp({static_cast<long long>(h.size())}).c_str(),
+              same ? "PASS" : "FAIL");
+  (same ? n_pass : n_fail)++;
+
+  // Registered ranges must outlive the backend (a freed one could come back at the same address).
+  static std::vector<float> w = normal(1000);
+  GPU->register_weights(w.data(), w.size() * 4, "w");
+  GPU->register_weights(w.data() + 10, 100 * 4, "w inside");  // no-op
+  std::string msg;
+  try {
+    GPU->register_weights(w.data() + 900, 200 * 4, "w overlapping");
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  bool ok = msg.find("overlaps") != std::string::npos;
+  std::printf("%-28s %-34s \"%s\" %s\n", "register_weights overlap", "", msg.c_str(), ok ? "PASS" : "FAIL");
+  (ok ? n_pass : n_fail)++;
+  // The range inside the held one translates: rms_norm with w+10 as its weight works.
+  Buffer<float> x(*GPU, 100), y(*GPU, 100);
+  GPU->fill(x.data(), 100, 2.0f);
+  GPU->rms_norm(x.data(), w.data() + 10, 100, 1, 0.0f, y.data());
+  std::vector<float> yh = y.to_host();
+  ok = true;
+  for (int i = 0; i < 100; ++i) ok = ok && yh[i] == w[10 + i];  // x / rms(x) = 1 exactly for x = 2
+  std::printf("%-28s %-34s %s\n", "weight inside a range", "rms_norm w+10", ok ? "PASS" : "FAIL");
+  (ok ? n_pass : n_fail)++;
+
+  msg.clear();
+  try {
+    GPU->alloc(size_t{1} << 50);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  ok = msg.find("GiB free") != std::string::npos;
+  std::printf("%-28s %-34s \"%s\" %s\n", "alloc 1 PiB", "", msg.c_str(), ok ? "PASS" : "FAIL");
+  (ok ? n_pass : n_fail)++;
+}
+
 void case_embed_bad_token() {
   // A token id outside the table: the device records it and the next download throws.
   std::vector<float> tab = normal(16 * 32);
@@ -676,6 +723,7 @@ int main(int argc, char** argv) {
     case_moe_route(4, 256, 6, true, false, false);
     case_moe_route(4, 256, 6, false, true, false);
     case_moe_route(3, 8, 2, false, false, false);
+    case_memory();
     case_embed_bad_token();
     case_attention_bad_index();
     case_unregistered_weight();
