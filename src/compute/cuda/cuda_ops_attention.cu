@@ -1,5 +1,6 @@
 // Decode attention (one query, all heads, window + compressed/indexed rows, sinks), the CSA
 // indexer's scores, top-k selection (CUB radix sort) and the MoE router of the CUDA backend.
+// Built with nvcc's default FMA contraction (CMakeLists.txt says why that is safe here).
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>

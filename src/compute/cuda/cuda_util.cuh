@@ -1,8 +1,8 @@
 #pragma once
-// Device helpers shared by the CUDA op kernels. The op files are compiled with --fmad=false
-// so that a*b+c is two rounded operations, as in the CPU backend (built without FMA
-// contraction): element-wise results then match the CPU bit for bit where the operations and
-// their order are the same.
+// Device helpers shared by the CUDA op kernels. cuda_ops_misc.cu is compiled with
+// --fmad=false so that a*b+c is two rounded operations, as in the CPU backend (built without
+// FMA contraction): element-wise results then match the CPU bit for bit where the operations
+// and their order are the same (see src/compute/cuda/CMakeLists.txt for the other file).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
