@@ -175,6 +175,67 @@ __global__ void k_indexer(const float* q, const float* w, float scale, int n_hea
   }
 }
 
+// The Flash indexer shape (64 heads x 128 dims) as a tiled product: one thread per (key, group
+// of 16 heads), 64 keys a block. Warps 2g, 2g+1 hold group g, so a warp's q reads are one
+// broadcast address; 32 dims of the block's keys are staged in shared memory at a time (row
+// stride 33: conflict-free). Each head's dot accumulates over dims in order; the heads are
+// then summed in order 0..63 as the CPU does, group g continuing group g-1's sum.
+constexpr int kIxHeads = 64, kIxDim = 128, kIxGroups = 4, kIxHpg = kIxHeads / kIxGroups;
+constexpr int kIxKeys = 64, kIxThreads = kIxKeys * kIxGroups, kIxChunk = 32;
+constexpr size_t kIxShared = (kIxHeads * kIxDim + kIxHeads + kIxKeys * (kIxChunk + 1) + kIxKeys) * sizeof(float);
+
+__global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
+                                                              const float* keys, int64_t n_keys, float* scores) {
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);  // [64][128]
+  float* ws = qs + kIxHeads * kIxDim;         // [64] w*scale
+  float* ks = ws + kIxHeads;                  // [64 keys][33]
+  float* sum = ks + kIxKeys * (kIxChunk + 1); // [64] running head sum per key
+  for (int i = threadIdx.x; i < kIxHeads * kIxDim; i += kIxThreads) qs[i] = q[i];
+  for (int i = threadIdx.x; i < kIxHeads; i += kIxThreads) ws[i] = w[i] * scale;  // rounded first
+  const int g = threadIdx.x / kIxKeys, kl = threadIdx.x % kIxKeys;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kIxKeys;
+  const float* qg = qs + g * kIxHpg * kIxDim;
+  float acc[kIxHpg];
+#pragma unroll
+  for (int hh = 0; hh < kIxHpg; ++hh) acc[hh] = 0.0f;
+  for (int d0 = 0; d0 < kIxDim; d0 += kIxChunk) {
+    __syncthreads();  // q loaded / the previous chunk consumed
+    for (int i = threadIdx.x; i < kIxKeys * kIxChunk; i += kIxThreads) {
+      const int key = i / kIxChunk, dd = i % kIxChunk;
+      const int64_t c = c0 + key;
+      ks[key * (kIxChunk + 1) + dd] = c < n_keys ? keys[c * kIxDim + d0 + dd] : 0.0f;
+    }
+    __syncthreads();
+    const float* kr = ks + kl * (kIxChunk + 1);
+#pragma unroll
+    for (int dd = 0; dd < kIxChunk; dd += 4) {
+      const float k0 = kr[dd], k1 = kr[dd + 1], k2 = kr[dd + 2], k3 = kr[dd + 3];
+#pragma unroll
+      for (int hh = 0; hh < kIxHpg; ++hh) {
+        const float4 qv = *reinterpret_cast<const float4*>(qg + hh * kIxDim + d0 + dd);
+        float a = acc[hh];
+        a += qv.x * k0;
+        a += qv.y * k1;
+        a += qv.z * k2;
+        a += qv.w * k3;
+        acc[hh] = a;
+      }
+    }
+  }
+#pragma unroll
+  for (int gg = 0; gg < kIxGroups; ++gg) {
+    if (g == gg) {
+      float t = gg == 0 ? 0.0f : sum[kl];
+#pragma unroll
+      for (int hh = 0; hh < kIxHpg; ++hh) t += ws[gg * kIxHpg + hh] * std_max(0.0f, acc[hh]);  // ReLU first
+      sum[kl] = t;
+    }
+    __syncthreads();
+  }
+  if (g == 0 && c0 + kl < n_keys) scores[c0 + kl] = sum[kl];
+}
+
 // ---- top-k ------------------------------------------------------------------------------------
 
 // Keys for the descending sort: -0.0 becomes +0.0 (the CPU compares them equal, so the lower
@@ -192,10 +253,6 @@ __global__ void k_topk_prep(const float* scores, int64_t n, float* keys, uint32_
 // cuda_util.cuh), then either the hash table's ids or k rounds of a block arg-max over
 // s_e + bias (equal values: the lower id), then the weights in slot order.
 
-struct Best {
-  float v;
-  int id;
-};
 __device__ inline bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
 __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_expert, int k, const float* bias,
@@ -308,6 +365,11 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
                     int64_t n_keys, float* scores, cudaStream_t s) {
   if (n_keys <= 0) return;
+  if (n_heads == kIxHeads && head_dim == kIxDim) {
+    k_indexer_flash<<<blocks_for(n_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
+    check_launch("indexer_scores (64x128)");
+    return;
+  }
   if (head_dim > 1024) fail("CUDA indexer_scores: head_dim {} exceeds 1024", head_dim);
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
