@@ -4,7 +4,11 @@
 // One line per case: name, shape, max abs / rel error, differing values, tolerance and why,
 // PASS/FAIL. Exit 0 = all pass, 1 = a failure, 77 = no GPU (skipped).
 //
-//   build-cuda/bin/cuda_backend_check [--seed N]
+//   build-cuda/bin/cuda_backend_check [--seed N] [--cpu-vs-cpu]
+//
+// --cpu-vs-cpu checks the harness itself without a GPU: a second CPU backend stands in for
+// the CUDA one (every comparison must then show 0 differing values), timings and the
+// CUDA-only error cases are skipped.
 //
 // Tolerance classes (each case says which):
 //  exact   same float operations in the same order (kernels built with --fmad=false, the
@@ -160,6 +164,7 @@ void check_norm(const std::string& name, const std::string& shape, Pair<float>& 
 void time_gpu(const std::string& name, const std::string& shape, double bytes, double flops,
               const std::function<void()>& op) {
   cudaStream_t s = cuda::backend_stream(*GPU);
+  if (!s) return;  // --cpu-vs-cpu
   for (int i = 0; i < 3; ++i) op();
   constexpr int kRuns = 25;
   std::vector<cudaEvent_t> ev(2 * kRuns);
@@ -433,9 +438,22 @@ void case_hc_post(int64_t rows, int n_hc, int64_t n) {
 
 // Attention over the window (ring of `window` rows, position pos) and n_comp compressed rows,
 // all of them or n_idx chosen by index.
+// exact_dots: entries are multiples of 1/4 in [-3/4, 3/4], so every q.k is exact in float
+// whatever the summation order; the remaining differences (exp, the softmax sums) get a
+// tolerance tight enough that one row missing or visited twice (~max|v|/T) fails.
+std::vector<float> quarter_ints(size_t n) {
+  std::uniform_int_distribution<int> d(-3, 3);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng) * 0.25f;
+  return v;
+}
+
 void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int64_t n_comp, int64_t n_idx,
-                    bool time_it) {
-  std::vector<float> qh = normal(heads * hd, 3.0f), ring = normal(window * hd), comp = normal(std::max<int64_t>(1, n_comp) * hd);
+                    bool time_it, bool exact_dots = false) {
+  const size_t nq = heads * hd, nr = window * hd, nc = std::max<int64_t>(1, n_comp) * hd;
+  std::vector<float> qh = exact_dots ? quarter_ints(nq) : normal(nq, 3.0f);
+  std::vector<float> ring = exact_dots ? quarter_ints(nr) : normal(nr);
+  std::vector<float> comp = exact_dots ? quarter_ints(nc) : normal(nc);
   std::vector<float> sinks_h = normal(heads, 2.0f);
   const float* sinks = weight(sinks_h, "attn.sinks");
   std::vector<int32_t> idx_h;
@@ -471,22 +489,33 @@ void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int6
   // bound for either path, both paths); a weight e^{s-m}/den is then off relatively by twice
   // the worst score error plus (T+16) roundings of the sums; o is a convex combination of
   // rows, so |do| <= that relative error times max|v|.
+  // exact_dots: the dots agree exactly; s = dot*scale and s - m are rounded (and possibly
+  // fused on the GPU), so ds <= 4 2^-24 (2 max|s| + |sink|) per head.
   double ds = 0, maxv = 0;
-  for (int64_t h = 0; h < heads; ++h)
+  for (int64_t h = 0; h < heads; ++h) {
+    double max_s = 0;
     for (const float* r : rows) {
-      double a = 0;
-      for (int64_t i = 0; i < hd; ++i) a += std::fabs(static_cast<double>(qh[h * hd + i]) * r[i]);
-      ds = std::max(ds, 2.0 * (hd / 8.0 + 16) * std::ldexp(1.0, -24) * scale * a);
+      double a = 0, dot = 0;
+      for (int64_t i = 0; i < hd; ++i) {
+        a += std::fabs(static_cast<double>(qh[h * hd + i]) * r[i]);
+        dot += static_cast<double>(qh[h * hd + i]) * r[i];
+      }
+      max_s = std::max(max_s, std::fabs(dot * scale));
+      if (!exact_dots) ds = std::max(ds, 2.0 * (hd / 8.0 + 16) * std::ldexp(1.0, -24) * scale * a);
     }
+    if (exact_dots) ds = std::max(ds, 4 * std::ldexp(1.0, -24) * (2 * max_s + std::fabs(sinks_h[h])));
+  }
   for (const float* r : rows)
     for (int64_t i = 0; i < hd; ++i) maxv = std::max(maxv, std::fabs(static_cast<double>(r[i])));
   const double rel = 2 * ds + (T + 16) * std::ldexp(1.0, -22);
   Cmp c = compare(out.host(0), out.host(1));
   char t[96];
-  std::snprintf(t, sizeof t, "abs %.2g = (2ds+(T+16)2^-22)max|v| (order)", rel * maxv);
-  const std::string s = shp({heads, hd}) + " win" + std::to_string(window) + " pos" + std::to_string(pos) + " comp" +
-                        std::to_string(n_comp) + (n_idx ? " idx" + std::to_string(n_idx) : "") + " T" + std::to_string(T);
-  report("attention", s, c.max_abs, c.max_rel, c.differ, heads * hd, t, c.nonfinite == 0 && c.max_abs <= rel * maxv);
+  std::snprintf(t, sizeof t, "abs %.2g=(2ds+(T+16)2^-22)max|v|, at %.3f", rel * maxv, c.max_abs / (rel * maxv));
+  const std::string s = shp({heads, hd}) + " w" + std::to_string(window) + " p" + std::to_string(pos) + " c" +
+                        std::to_string(n_comp) + (n_idx ? " i" + std::to_string(n_idx) : "") + " T" +
+                        std::to_string(T) + (exact_dots ? " xd" : "");
+  report(exact_dots ? "attention (exact dots)" : "attention", s, c.max_abs, c.max_rel, c.differ, heads * hd, t,
+         c.nonfinite == 0 && c.max_abs <= rel * maxv);
   if (time_it) {
     compute::AttnKv k = kv(1);
     time_gpu("attention", s, static_cast<double>(T) * hd * 4 + 2.0 * heads * hd * 4, 4.0 * heads * T * hd,
@@ -647,15 +676,23 @@ void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bo
 
 int main(int argc, char** argv) {
   uint64_t seed = std::random_device{}();
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
+  bool cpu_vs_cpu = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
+    else if (a == "--cpu-vs-cpu") cpu_vs_cpu = true;
+    else {
+      std::printf("usage: cuda_backend_check [--seed N] [--cpu-vs-cpu]\n");
+      return 2;
+    }
+  }
   rng.seed(seed);
   int n_dev = 0;
-  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+  if (!cpu_vs_cpu && (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0)) {
     std::printf("SKIP: %s", compute::cuda_device_summary().c_str());
     return 77;
   }
-  std::printf("%s", compute::cuda_device_summary().c_str());
+  if (!cpu_vs_cpu) std::printf("%s", compute::cuda_device_summary().c_str());
   std::printf("seed %llu (rerun with --seed %llu)\n", static_cast<unsigned long long>(seed),
               static_cast<unsigned long long>(seed));
   const auto t0 = std::chrono::steady_clock::now();
@@ -664,7 +701,7 @@ int main(int argc, char** argv) {
     auto cpu = compute::make_cpu_backend(&pool);
     compute::CudaOptions co;
     co.verbose = false;
-    auto gpu = compute::make_cuda_backend(co);
+    auto gpu = cpu_vs_cpu ? compute::make_cpu_backend(&pool) : compute::make_cuda_backend(co);
     CPU = cpu.get(), GPU = gpu.get();
 
     // Flash: n_embd 4096, n_hc 4, 64 heads x 512 (n_rot 64), window 128, indexer 64 x 128 with
@@ -705,6 +742,10 @@ int main(int argc, char** argv) {
     case_attention(64, 512, 128, 8191, 2048, 512, true);       // window + indexer top-k (ratio 4)
     case_attention(64, 512, 128, 65535, 512, 0, false);        // ratio 128 at 64K
     case_attention(64, 512, 128, 200000, 20000, 0, true);      // tens of thousands of rows
+    case_attention(64, 512, 128, 1000, 250, 0, false, true);
+    case_attention(64, 512, 128, 8191, 2048, 512, false, true);
+    case_attention(64, 512, 128, 200000, 20000, 0, false, true);
+    case_attention(3, 40, 4, 9, 5, 2, false, true);
     case_attention(2, 64, 4, 2, 3, 0, false);
     case_attention(3, 40, 4, 9, 5, 2, false);                  // head_dim not a multiple of 32
     case_indexer(64, 128, 4096, false);
@@ -727,10 +768,12 @@ int main(int argc, char** argv) {
     case_moe_route(4, 256, 6, true, false, false);
     case_moe_route(4, 256, 6, false, true, false);
     case_moe_route(3, 8, 2, false, false, false);
-    case_memory();
-    case_embed_bad_token();
-    case_attention_bad_index();
-    case_unregistered_weight();
+    if (!cpu_vs_cpu) {
+      case_memory();
+      case_embed_bad_token();
+      case_attention_bad_index();
+      case_unregistered_weight();
+    }
     GPU->synchronize();
   } catch (const std::exception& e) {
     std::printf("FAIL: exception: %s\n", e.what());
