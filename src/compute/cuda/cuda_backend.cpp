@@ -205,7 +205,9 @@ void* CudaBackend::alloc(size_t bytes) {
 }
 
 void CudaBackend::release(void* p) {
-  if (p) check(cudaFreeAsync(p, stream_), "cudaFreeAsync");
+  // Called from Buffer destructors, so it must not throw: a failing free can only follow an
+  // earlier (sticky) stream error, which the next download/synchronize reports.
+  if (p && cudaFreeAsync(p, stream_) != cudaSuccess) cudaGetLastError();
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
