@@ -17,7 +17,11 @@ void check(cudaError_t e, const char* what) {
 
 void check_launch(const char* kernel) {
   cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) fail("CUDA kernel {} failed to launch: {}", kernel, cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    fail("CUDA kernel {} failed to launch: {}{}", kernel, cudaGetErrorString(e),
+         e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue || e == cudaErrorLaunchOutOfResources
+             ? ""
+             : " (an earlier kernel on the stream may have failed)");
 }
 
 namespace {
