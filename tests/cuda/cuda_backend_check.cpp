@@ -26,6 +26,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -360,6 +361,26 @@ void case_memory() {
   }
   ok = msg.find("GiB free") != std::string::npos;
   std::printf("%-28s %-34s \"%s\" %s\n", "alloc 1 PiB", "", msg.c_str(), ok ? "PASS" : "FAIL");
+  (ok ? n_pass : n_fail)++;
+}
+
+// DS4_CUDA_PROFILE: a second backend with profiling on counts its ops.
+void case_profile() {
+  setenv("DS4_CUDA_PROFILE", "1", 1);
+  compute::CudaOptions co;
+  co.verbose = false;
+  auto be = compute::make_cuda_backend(co);
+  unsetenv("DS4_CUDA_PROFILE");
+  Buffer<float> x(*be, 4096), y(*be, 4096);
+  be->fill(x.data(), 4096, 1.5f);
+  for (int i = 0; i < 7; ++i) be->rms_norm(x.data(), nullptr, 4096, 1, 1e-6f, y.data());
+  be->add(y.data(), x.data(), 4096);
+  be->synchronize();
+  const std::string r = compute::cuda_profile_report(*be, true);
+  const bool ok = r.find("rms_norm") != std::string::npos && r.find(" 7 ") != std::string::npos &&
+                  r.find("add") != std::string::npos && compute::cuda_profile_report(*be).find("rms_norm") == std::string::npos;
+  std::printf("%s", r.c_str());
+  std::printf("%-28s %-34s %s\n", "DS4_CUDA_PROFILE", "7 rms_norm + 1 add counted", ok ? "PASS" : "FAIL");
   (ok ? n_pass : n_fail)++;
 }
 
@@ -770,6 +791,7 @@ int main(int argc, char** argv) {
     case_moe_route(3, 8, 2, false, false, false);
     if (!cpu_vs_cpu) {
       case_memory();
+      case_profile();
       case_embed_bad_token();
       case_attention_bad_index();
       case_unregistered_weight();

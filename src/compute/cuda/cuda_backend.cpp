@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -122,6 +123,42 @@ class CudaBackend final : public Backend {
   const double* dev_freqs(std::span<const double> f);
   void sync_and_check(const char* what);
 
+  // ---- DS4_CUDA_PROFILE: CUDA events around every op, summed per op name ----
+  // Scope of one op: records a start event now and an end event when it goes out of scope.
+  class Prof {
+   public:
+    Prof(CudaBackend* be, std::string name) : be_(be->prof_ ? be : nullptr) {
+      if (be_) be_->prof_begin(std::move(name));
+    }
+    ~Prof() {
+      if (be_) be_->prof_end();
+    }
+    Prof(const Prof&) = delete;
+    Prof& operator=(const Prof&) = delete;
+
+   private:
+    CudaBackend* be_;
+  };
+  void prof_begin(std::string name);
+  void prof_end() noexcept;
+  void prof_resolve() noexcept;  // the stream is idle: fold finished event pairs into the table
+ public:
+  std::string profile_report(bool reset);
+
+ private:
+  struct ProfPending {
+    std::string name;
+    cudaEvent_t a, b;
+  };
+  struct ProfEntry {
+    double ms = 0;
+    long long calls = 0;
+  };
+  bool prof_ = false;
+  std::vector<cudaEvent_t> prof_free_;
+  std::vector<ProfPending> prof_pending_;
+  std::map<std::string, ProfEntry> prof_table_;
+
   CudaOptions opt_;
   cudaStream_t stream_ = nullptr;
   int* d_err_ = nullptr;   // device error word (cuda_ops.h)
@@ -157,11 +194,22 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   check(cudaMemset(d_err_, 0, 2 * sizeof(int)), "cudaMemset(error word)");
   check(cudaMallocHost(reinterpret_cast<void**>(&h_err_), 2 * sizeof(int)), "cudaMallocHost(error word)");
   h_err_[0] = h_err_[1] = 0;
+  const char* pe = std::getenv("DS4_CUDA_PROFILE");
+  prof_ = pe && *pe && std::strcmp(pe, "0") != 0;
 }
 
 CudaBackend::~CudaBackend() {
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
   if (stream_) cudaStreamSynchronize(stream_);
+  if (prof_) {
+    try {
+      std::string r = profile_report(false);
+      if (!r.empty()) std::fprintf(stderr, "%s", r.c_str());
+    } catch (...) {
+    }
+    for (auto& p : prof_pending_) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
+    for (cudaEvent_t e : prof_free_) cudaEventDestroy(e);
+  }
   for (auto& [k, r] : weights_) cudaFree(r.dev);
   for (auto& [k, p] : freqs_) cudaFree(p);
   for (int i = 0; i < kStaging; ++i) {
@@ -179,6 +227,7 @@ void CudaBackend::sync_and_check(const char* what) {
   if (e != cudaSuccess)
     fail("CUDA {}: the stream failed (a kernel or copy issued since the last synchronize): {}", what,
          cudaGetErrorString(e));
+  if (prof_) prof_resolve();
   if (h_err_[0] != 0) {
     const int code = h_err_[0], value = h_err_[1];
     check(cudaMemsetAsync(d_err_, 0, 2 * sizeof(int), stream_), "error word reset");
@@ -186,6 +235,61 @@ void CudaBackend::sync_and_check(const char* what) {
     h_err_[0] = h_err_[1] = 0;
     fail("CUDA backend: {} (value {}); detected at {}", err_text(code), value, what);
   }
+}
+
+// ---- profiling ------------------------------------------------------------------------------
+
+void CudaBackend::prof_begin(std::string name) {
+  auto take = [&] {
+    cudaEvent_t e;
+    if (!prof_free_.empty()) {
+      e = prof_free_.back();
+      prof_free_.pop_back();
+    } else {
+      check(cudaEventCreate(&e), "cudaEventCreate(profile)");
+    }
+    return e;
+  };
+  ProfPending p{std::move(name), take(), take()};
+  check(cudaEventRecord(p.a, stream_), "cudaEventRecord(profile)");
+  prof_pending_.push_back(std::move(p));
+}
+
+void CudaBackend::prof_end() noexcept {
+  if (!prof_pending_.empty()) cudaEventRecord(prof_pending_.back().b, stream_);
+}
+
+void CudaBackend::prof_resolve() noexcept {
+  for (auto& p : prof_pending_) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, p.a, p.b) == cudaSuccess) {
+      ProfEntry& e = prof_table_[p.name];
+      e.ms += ms;
+      e.calls += 1;
+    } else {
+      cudaGetLastError();
+    }
+    prof_free_.push_back(p.a);
+    prof_free_.push_back(p.b);
+  }
+  prof_pending_.clear();
+}
+
+std::string CudaBackend::profile_report(bool reset) {
+  if (!prof_) return {};
+  check(cudaStreamSynchronize(stream_), "profile");
+  prof_resolve();
+  std::vector<std::pair<std::string, ProfEntry>> rows(prof_table_.begin(), prof_table_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  for (auto& [n, e] : rows) total += e.ms;
+  std::string out = fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all):\n", total);
+  out += fmt::format("  {:<40} {:>9} {:>11} {:>10} {:>6}\n", "op", "calls", "total ms", "us/call", "%");
+  for (auto& [n, e] : rows)
+    out += fmt::format("  {:<40} {:>9} {:>11.3f} {:>10.2f} {:>6.1f}\n", n, e.calls, e.ms, 1e3 * e.ms / e.calls,
+                       total > 0 ? 100 * e.ms / total : 0.0);
+  if (reset) prof_table_.clear();
+  return out;
 }
 
 // ---- memory -----------------------------------------------------------------------------------
@@ -220,6 +324,7 @@ void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  Prof prof(this, "copy");
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
 }
 
@@ -355,6 +460,7 @@ const double* CudaBackend::dev_freqs(std::span<const double> f) {
 
 void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
                          int64_t y_stride) {
+  Prof prof(this, prof_ ? fmt::format("matmul {} {}x{}", traits(w.type).name, w.n_out, w.n_in) : std::string());
   if (rows <= 0) return;
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
@@ -363,11 +469,13 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
+  Prof prof(this, "rms_norm");
   cuda::rms_norm(x, weight_f(w, n, "rms_norm", "w"), n, rows, eps, y, stream_);
 }
 
 void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
                             int64_t pos0, int64_t pos_step, bool inverse) {
+  Prof prof(this, "rope_tail");
   if (freqs.empty() || rows <= 0) return;
   if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
     fail("CUDA rope_tail: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
@@ -376,6 +484,7 @@ void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t hea
 }
 
 void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+  Prof prof(this, kind == ActRound::Fp8 ? "act_round fp8" : "act_round hadamard+fp4");
   if (n_round > row_len) fail("CUDA act_round: n_round {} > row_len {}", n_round, row_len);
   if (kind == ActRound::HadamardFp4 && (n_round <= 0 || (n_round & (n_round - 1)) != 0))
     fail("CUDA act_round: Hadamard size {} is not a power of two", n_round);
@@ -384,12 +493,17 @@ void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_r
 
 void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
                          float* h) {
+  Prof prof(this, "swiglu");
   cuda::swiglu(g, u, rows, n, limit, weights, h, stream_);
 }
 
-void CudaBackend::add(float* y, const float* x, int64_t n) { cuda::add(y, x, n, stream_); }
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  Prof prof(this, "add");
+  cuda::add(y, x, n, stream_);
+}
 
 void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) {
+  Prof prof(this, "embed");
   if (rows <= 0) return;
   switch (table.type) {
     case GgmlType::F32:
@@ -407,6 +521,7 @@ void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows
 
 void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
                          float* comb) {
+  Prof prof(this, post ? "hc_pre" : "hc_pre head");
   const bool head = post == nullptr;
   if (head != (comb == nullptr)) fail("CUDA hc_pre: post and comb must both be given or both be null");
   const int n_mix = head ? p.n_hc : (2 + p.n_hc) * p.n_hc;
@@ -419,12 +534,14 @@ void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParam
 
 void CudaBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
                           int n_hc, int64_t n, float* Xout) {
+  Prof prof(this, "hc_post");
   if (Xout == X) fail("CUDA hc_post: Xout must not alias X");
   cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_);
 }
 
 void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
                             float scale, float* out) {
+  Prof prof(this, kv.idx ? "attention (indexed)" : "attention");
   if (kv.window <= 0 || kv.pos < 0) fail("CUDA attention: window {} / position {}", kv.window, kv.pos);
   if (kv.idx && kv.n_idx > 0 && kv.n_comp <= 0) fail("CUDA attention: {} indices into no compressed rows", kv.n_idx);
   cuda::AttnRows r;
@@ -444,16 +561,19 @@ void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, c
 
 void CudaBackend::indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
                                  const float* keys, int64_t n_keys, float* scores) {
+  Prof prof(this, "indexer_scores");
   cuda::indexer_scores(q, w, scale, n_heads, head_dim, keys, n_keys, scores, stream_);
 }
 
 void CudaBackend::top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) {
+  Prof prof(this, "top_k");
   if (k < 0 || k > n) fail("CUDA top_k: k = {} outside 0..{}", k, n);
   cuda::top_k(scores, n, k, idx, stream_);
 }
 
 void CudaBackend::compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
                                    int64_t width, float* kv_slot, float* score_slot) {
+  Prof prof(this, "compressor_store");
   if (ape.type != GgmlType::F32 && ape.type != GgmlType::F16 && ape.type != GgmlType::BF16)
     fail("CUDA compressor_store: ape type {} is not a float type", traits(ape.type).name);
   if (ape_row < 0 || ape_row >= ape.n_out) fail("CUDA compressor_store: ape row {} outside 0..{}", ape_row, ape.n_out);
@@ -465,6 +585,7 @@ void CudaBackend::compressor_store(const Matrix& ape, int64_t ape_row, const flo
 
 void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                                   float* out) {
+  Prof prof(this, "compressor_pool");
   if (lanes != 1 && lanes != 2) fail("CUDA compressor_pool: {} lanes", lanes);
   if (ratio <= 0) fail("CUDA compressor_pool: ratio {}", ratio);
   cuda::compressor_pool(kv, score, ratio, lanes, dim, out, stream_);
@@ -472,6 +593,7 @@ void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t r
 
 void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
                             int32_t* experts, float* weights) {
+  Prof prof(this, "moe_route");
   if (rows <= 0) return;
   const float* bias = weight_f(p.bias, p.n_expert, "moe_route", "bias");
   const int32_t* tid = nullptr;
@@ -489,6 +611,8 @@ void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t 
 void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                               float* y) {
+  Prof prof(this, prof_ ? fmt::format("moe_experts {}/{} k{}", traits(gate.first.type).name, traits(down.first.type).name, k)
+                        : std::string());
   if (rows <= 0) return;
   for (const ExpertSet* e : {&gate, &up, &down})
     if (!cuda::gemv_supports(e->first.type))
@@ -501,6 +625,11 @@ void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const 
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(CudaOptions opt) { return std::make_unique<CudaBackend>(opt); }
+
+std::string cuda_profile_report(Backend& be, bool reset) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->profile_report(reset) : std::string();
+}
 
 std::string cuda_device_summary() {
   int n = 0;

@@ -20,6 +20,13 @@ struct CudaOptions {
 // Throws ds4::Error with the CUDA error text when no usable device exists.
 std::unique_ptr<Backend> make_cuda_backend(CudaOptions opt = {});
 
+// With DS4_CUDA_PROFILE set (not "0"), a CUDA backend brackets every op with CUDA events and
+// sums the times per op (matmul/moe_experts per weight type and shape); the table is printed
+// on stderr when the backend is destroyed. This returns it now (empty when profiling is off
+// or `be` is not a CUDA backend), optionally starting a new tally. The events add a little
+// time per op, and they cannot be read back from a captured CUDA graph.
+std::string cuda_profile_report(Backend& be, bool reset = false);
+
 // One line per visible device (name, memory, compute capability), or the reason there is none.
 std::string cuda_device_summary();
 
