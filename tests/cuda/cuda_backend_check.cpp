@@ -205,9 +205,10 @@ void case_rms_norm(int64_t rows, int64_t n, bool with_w) {
   poison(y);
   for (int b = 0; b < 2; ++b) (b ? GPU : CPU)->rms_norm(x[b], w, n, rows, 1e-6f, y[b]);
   Cmp c = compare(y.host(0), y.host(1));
-  // dbl: the double sum of squares in another order; one flip of the float 1/rms is 1 ulp.
+  // dbl: the double sum of squares in another order; should it flip the float 1/rms by one
+  // ulp, x*inv*w may end up to 3 ulp (2^-23 relative each) apart.
   report("rms_norm", shp({rows, n}) + (with_w ? " w" : ""), c.max_abs, c.max_rel, c.differ, rows * n,
-         "rel 2.4e-7 (dbl: 1/rms may differ by 1 ulp)", c.nonfinite == 0 && c.max_rel <= 2.4e-7);
+         "rel 4e-7 (dbl: 1/rms 1 ulp, 2 products: 3 ulp)", c.nonfinite == 0 && c.max_rel <= 4e-7);
   if (rows == 1 && n == 4096)
     time_gpu("rms_norm", shp({rows, n}), 2.0 * rows * n * 4 + n * 4, 0, [&] { GPU->rms_norm(x[1], w, n, rows, 1e-6f, y[1]); });
 }
@@ -218,7 +219,7 @@ void case_rms_norm_alias(int64_t rows, int64_t n) {
   for (int b = 0; b < 2; ++b) (b ? GPU : CPU)->rms_norm(x[b], nullptr, n, rows, 1e-6f, x[b]);
   Cmp c = compare(x.host(0), x.host(1));
   report("rms_norm in place", shp({rows, n}), c.max_abs, c.max_rel, c.differ, rows * n,
-         "rel 2.4e-7 (dbl: 1/rms may differ by 1 ulp)", c.nonfinite == 0 && c.max_rel <= 2.4e-7);
+         "rel 4e-7 (dbl: 1/rms 1 ulp, 2 products: 3 ulp)", c.nonfinite == 0 && c.max_rel <= 4e-7);
 }
 
 void case_rope(int64_t rows, int64_t heads, int64_t hd, int64_t n_rot, int64_t pos0, int64_t step, bool inverse,
@@ -435,7 +436,7 @@ void case_hc_pre(int64_t rows, int n_hc, int64_t n, bool head) {
   for (int b = 0; b < 2; ++b)
     (b ? GPU : CPU)->hc_pre(X[b], mix[b], rows, p, x_in[b], head ? nullptr : post[b], head ? nullptr : comb[b]);
   const std::string s = shp({rows, n_hc, n}) + (head ? " head" : "");
-  check_rel("hc_pre mix (scaled)", s, mix, 2.4e-7, "dbl: 1/rms may differ by 1 ulp");
+  check_rel("hc_pre mix (scaled)", s, mix, 4e-7, "dbl: 1/rms 1 ulp, 1 product");
   // exp: a 1-ulp e^x in a sigmoid/softmax entry; Sinkhorn's 39 normalizations keep relative
   // perturbations of that size (each divides by a sum of positive terms).
   check_norm("hc_pre x_in", s, x_in, 2e-6, "exp+dbl: pre within a few ulp");
