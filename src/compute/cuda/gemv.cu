@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t ro
     for (int r = 0; r < R; ++r) {
       if (r < nr) {
         float v = acc[r];
-        if constexpr (F::kPost != 1.0f) v = F::kPost * v;
+        if constexpr (!FA && F::kPost != 1.0f) v = F::kPost * v;
         y[(r0 + r) * y_stride + o] = v;
       }
     }

@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(ExpertArgs gate, Exper
       return;
     }
     float gv = g[0], uv = u[0];
-    if constexpr (F::kPost != 1.0f) gv = F::kPost * gv, uv = F::kPost * uv;
+    if constexpr (!FA && F::kPost != 1.0f) gv = F::kPost * gv, uv = F::kPost * uv;
     if (limit > 0.0f) {
       gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
       uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_down(ExpertArgs down, int64_t 
                       o < n_embd, down.vec, grid);
     group_reduce<1>(acc, lpr);
     float v = acc[0];
-    if constexpr (F::kPost != 1.0f) v = F::kPost * v;
+    if constexpr (!FA && F::kPost != 1.0f) v = F::kPost * v;
     total = i == 0 ? v : total + v;
   }
   if (o < n_embd && gl == 0) y[t * n_embd + o] = bad ? __int_as_float(0x7fc00000) : total;
