@@ -16,3 +16,8 @@ tail -20 /tmp/cuda_build.log
 echo "make cuda: rc=$rc in $((t1 - t0)) s"
 [ $rc -eq 0 ] || exit $rc
 ./build-cuda/bin/cuda_dequant_check
+rc_dequant=$?
+./build-cuda/bin/cuda_gemv_check
+rc_gemv=$?
+echo "cuda_dequant_check rc=$rc_dequant, cuda_gemv_check rc=$rc_gemv"
+[ $rc_dequant -eq 0 ] && [ $rc_gemv -eq 0 ]

@@ -2,17 +2,30 @@
 // The operations a model's forward pass is written against (architecture.md: "model code is
 // written once, in terms of backend ops; backends implement ops, not models").
 //
-// Data layout conventions shared by all ops:
+// Memory. Every activation, state and scratch pointer an op takes is *backend memory*: it came
+// from Backend::alloc (host memory for the CPU backend, device memory for CUDA) — a model never
+// touches those bytes directly, it moves them with upload/download/copy. Weights are different:
+// Matrix::data, the `const float*` weight vectors (norms, sinks, hyper-connection scale/base,
+// router bias) and tid2eid are *host* pointers into the model's mapping or its small owned
+// buffers, announced once with register_weights(); a device backend translates them to its own
+// copies, the CPU backend uses them in place.
+//
+// Layout conventions shared by all ops:
 //  * activations are f32, row-major: a batch of `rows` vectors of `n` contiguous floats;
-//  * weights are used in place from the model file: a Matrix holds `n_out` rows of `n_in`
-//    elements in one ggml block format (spec §3 convention: y[o] = sum_i W[o][i] x[i]).
+//  * a Matrix holds `n_out` rows of `n_in` elements in one ggml block format
+//    (spec §3 convention: y[o] = sum_i W[o][i] x[i]).
 // Every op computes row r of its output from row r of its inputs only, with the same
 // arithmetic whatever the batch size, so a batched prefill and a token-by-token decode
-// produce identical values.
+// produce identical values on one backend.
+//
+// Ordering: ops run in call order on one stream of work. upload/download/copy are ordered
+// with the ops; download returns once the bytes are on the host.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "quant/types.h"
 
@@ -24,23 +37,36 @@ namespace ds4::compute {
 
 struct Matrix {
   GgmlType type = GgmlType::F32;
-  const uint8_t* data = nullptr;
+  const uint8_t* data = nullptr;  // host pointer (see the memory note above)
   int64_t n_in = 0;    // elements per row (ggml ne0)
   int64_t n_out = 0;   // rows (ggml ne1)
   size_t row_stride = 0;  // bytes between rows
 
   const uint8_t* row(int64_t o) const { return data + static_cast<size_t>(o) * row_stride; }
   // Rows [first, first+count) as a matrix of their own (e.g. one group's rows).
-  Matrix rows(int64_t first, int64_t count) const {
-    return {type, row(first), n_in, count, row_stride};
+  Matrix rows(int64_t first, int64_t count) const { return {type, row(first), n_in, count, row_stride}; }
+  size_t bytes() const { return static_cast<size_t>(n_out) * row_stride; }
+};
+
+// A 3-D routed-expert tensor [n_in, n_out, n_expert]: expert e is an n_out x n_in matrix
+// starting expert_stride bytes after expert e-1.
+struct ExpertSet {
+  Matrix first;  // expert 0
+  int64_t n_expert = 0;
+  size_t expert_stride = 0;
+  Matrix expert(int64_t e) const {
+    Matrix m = first;
+    m.data = first.data + static_cast<size_t>(e) * expert_stride;
+    return m;
   }
+  size_t bytes() const { return static_cast<size_t>(n_expert) * expert_stride; }
 };
 
 struct HcParams {
   int n_hc = 0;
-  int64_t n = 0;              // width of one stream
-  const float* scale = nullptr;  // 3 (or 1 for the head)
-  const float* base = nullptr;   // n_mix
+  int64_t n = 0;                 // width of one stream
+  const float* scale = nullptr;  // weight: 3 (or 1 for the head)
+  const float* base = nullptr;   // weight: n_mix
   int sinkhorn_iters = 0;
   float hc_eps = 0;   // pre bias and Sinkhorn divisor eps
   float rms_eps = 0;  // eps of the streams' RMS
@@ -52,41 +78,88 @@ enum class ActRound {
   HadamardFp4,  // Hadamard transform of the row, then FP4 E2M1 round trip in blocks of 32
 };
 
-// One attention head set's key/value rows: every row is used as key and as value (K = V).
-struct KvRows {
-  const float* const* rows = nullptr;  // pointers to `count` rows of head_dim floats
-  int64_t count = 0;
+// Routing of one MoE layer (spec §6.8).
+struct RouteParams {
+  int64_t n_expert = 0;
+  int64_t k = 0;                       // experts per token
+  const float* bias = nullptr;         // weight, optional: selection-only bias (trap 13)
+  const int32_t* tid2eid = nullptr;    // weight, optional: hash routing, n_vocab rows of k ids
+  bool norm = true;                    // divide by max(sum, 6.103515625e-5) (trap 15)
+  float scale = 1.0f;                  // expert_weights_scale
 };
 
-// A backend instance keeps scratch buffers: use one per thread of control (per session).
+// Attention keys/values for one query (K = V, spec §6.7), visited in this order:
+//  1. the raw sliding window: `ring` holds `window` rows of head_dim, position pp in slot
+//     pp % window; positions max(0, pos-window+1) .. pos, ascending;
+//  2. compressed rows `comp` (n_comp rows of head_dim): rows idx[0..n_idx) in the given order
+//     when idx is non-null (idx is backend memory), else rows 0 .. n_comp-1.
+struct AttnKv {
+  const float* ring = nullptr;
+  int64_t window = 0;
+  int64_t pos = 0;
+  const float* comp = nullptr;
+  int64_t n_comp = 0;
+  const int32_t* idx = nullptr;
+  int64_t n_idx = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
-  // y[r][o] = sum_i W[o][i] * x[r][i], r < rows. Quantized weight types are multiplied
-  // against activations quantized to quant::vec_dot_type(W.type) (Q8_0 or Q8_K), as ggml does;
-  // F32/F16/BF16 weights against the f32 activations.
-  virtual void matmul(const Matrix& w, const float* x, int64_t rows, float* y) = 0;
+  // ---- memory ------------------------------------------------------------------------------
+  // `bytes` of backend memory, 256-byte aligned, contents undefined. Throws ds4::Error naming
+  // the size when there is not enough memory.
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;  // ranges must not overlap
+  virtual void fill(float* x, int64_t n, float value) = 0;
+  // Waits until every op issued so far has finished (and reports its failure, if any).
+  virtual void synchronize() {}
+
+  // Makes host bytes [data, data+bytes) usable as weights (see the memory note). A device
+  // backend copies them once; calling it again for a range already held is a no-op. `what`
+  // names the range in progress lines and errors.
+  virtual void register_weights(const void* data, size_t bytes, const std::string& what) {
+    (void)data, (void)bytes, (void)what;
+  }
+
+  // ---- linear algebra ------------------------------------------------------------------------
+  // y[r*y_stride + o] = sum_i W[o][i] * x[r*x_stride + i], r < rows (strides in floats; 0 means
+  // dense: n_in and n_out). Quantized weight types are multiplied against activations
+  // quantized to quant::vec_dot_type(W.type) (Q8_0 or Q8_K), as ggml does; F32/F16/BF16
+  // weights against the f32 activations.
+  virtual void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride = 0,
+                      int64_t y_stride = 0) = 0;
 
   // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (w ? w : 1); the mean accumulates in double.
-  // y may alias x.
+  // w is a weight (or null). y may alias x.
   virtual void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) = 0;
 
-  // Rotates the last 2*|freqs| dims of each of n_heads heads (head_dim apart) by
-  // theta_k = pos * freqs[k] on adjacent pairs; inverse rotates by -theta.
-  virtual void rope_tail(float* x, int64_t n_heads, int64_t head_dim, std::span<const double> freqs, int64_t pos,
-                         bool inverse) = 0;
+  // x: rows x [n_heads][head_dim]. Rotates the last 2*|freqs| dims of each head of row r by
+  // theta_k = (pos0 + r*pos_step) * freqs[k] on adjacent pairs (angle formed in double);
+  // inverse rotates by -theta. freqs is host memory that outlives the backend.
+  virtual void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                         int64_t pos0, int64_t pos_step, bool inverse) = 0;
 
-  // For each head h: o_h = sum_k e^{s_k - m} v_k / (e^{sink_h - m} + sum_k e^{s_k - m}),
-  // s_k = scale * q_h . kv_k (spec §6.7). q and out: [n_heads][head_dim].
-  virtual void sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks,
-                              float scale, float* out) = 0;
+  // Applies `kind` to `rows` rows of `row_len` floats (row r at x + r*row_len), touching the
+  // first n_round values of each (FP8: the non-RoPE dims; Hadamard+FP4: the whole row).
+  virtual void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) = 0;
 
-  // CSA indexer scores (spec §6.6): scores[c] = sum_h w[h] * max(0, q_h . keys[c]) for c < n_keys.
-  // q: [n_heads][head_dim]; keys: n_keys contiguous rows of head_dim.
-  virtual void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
-                              int64_t n_keys, float* scores) = 0;
+  // h[r][i] = silu(min(g, limit)) * clamp(u, -limit, limit) * (weights ? weights[r] : 1), for
+  // rows x n values (limit <= 0: no clamp).
+  virtual void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+                      float* h) = 0;
+
+  // y[i] += x[i], i < n.
+  virtual void add(float* y, const float* x, int64_t n) = 0;
+
+  // ---- model-shaped ops ----------------------------------------------------------------------
+  // X[t] = `copies` copies of row tokens[t] of `table` decoded to f32 (tokens: backend memory).
+  virtual void embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) = 0;
 
   // Hyper-connection pre (spec §6.2 steps 1-6, §6.9). X: rows x [n_hc][n] streams; mix: rows x
   // n_mix raw products fn . flat(X) (scaled in place by the streams' inverse RMS).
@@ -94,21 +167,95 @@ class Backend {
   // Without (the output head): n_mix = n_hc, pre only. x_in[r] = sum_i pre[i] X[r][i].
   virtual void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
                       float* comb) = 0;
-  // Hyper-connection post (spec §6.3): X'[j] = post[j] y + sum_i comb[i][j] X[i]. Xout != X.
-  virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
-                       float* Xout) = 0;
+  // Hyper-connection post (spec §6.3), per row r: X'[j] = post[j] y + sum_i comb[i][j] X[i]
+  // (y: rows x n, X/Xout: rows x [n_hc][n], post: rows x n_hc, comb: rows x n_hc x n_hc). Xout != X.
+  virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
+                       int64_t n, float* Xout) = 0;
 
-  // Applies `kind` to `rows` rows of `row_len` floats (row r at x + r*row_len), touching the
-  // first n_round values of each (FP8: the non-RoPE dims; Hadamard+FP4: the whole row).
-  virtual void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) = 0;
+  // For each head h of one query: o_h = sum_k e^{s_k - m} v_k / (e^{sink_h - m} + sum_k e^{s_k - m}),
+  // s_k = scale * q_h . kv_k over the rows of `kv` in its order (spec §6.7). q, out:
+  // [n_heads][head_dim]; sinks is a weight.
+  virtual void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
+                         float scale, float* out) = 0;
 
-  // h = silu(min(g, limit)) * clamp(u, -limit, limit) * weight (limit <= 0: no clamp).
-  virtual void swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) = 0;
+  // CSA indexer scores (spec §6.6) for one query: scores[c] = sum_h (w[h]*scale) * max(0, q_h . keys[c])
+  // for c < n_keys (w[h]*scale rounded to float first). q: [n_heads][head_dim]; keys: n_keys
+  // contiguous rows of head_dim.
+  virtual void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
+                              const float* keys, int64_t n_keys, float* scores) = 0;
+  // The k highest of scores[0..n) (equal scores: the lower index wins), written to idx in
+  // ascending index order. k <= n.
+  virtual void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) = 0;
 
-  // Per-dimension softmax pooling over `slots` (value, score) pairs (spec §6.5):
-  // out[j] = sum_s softmax_s(score[s][j]) * value[s][j]; all -inf scores give 0.
-  virtual void softmax_pool(const float* const* values, const float* const* scores, int64_t slots, int64_t n,
-                            float* out) = 0;
+  // Compressor (spec §6.5). store: kv_slot[j] = kvp[j]; score_slot[j] = f32(ape[ape_row][j]) + scp[j]
+  // for j < width (ape is a weight Matrix of a float type; the bias joins before storing, trap 10).
+  virtual void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
+                                int64_t width, float* kv_slot, float* score_slot) = 0;
+  // pool: kv/score hold lanes*ratio rows of lanes*dim. Slot s < ratio reads columns [0, dim) ;
+  // with two lanes, slot s >= ratio reads columns [dim, 2*dim) (trap 9). Per column j:
+  // out[j] = sum_s softmax_s(score[s][j]) * kv[s][j]; all -inf scores give 0.
+  virtual void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
+                               float* out) = 0;
+
+  // Router (spec §6.8): s_e = sqrt(softplus(logits[t][e])); experts[t] = tid2eid[tokens[t]] when
+  // hash-routed, else the top k of s_e + bias[e] (equal: lower id first, in descending order);
+  // weights[t][i] = s_{experts[t][i]} / denom * scale. logits: rows x n_expert; tokens, experts
+  // (rows x k int32) and weights (rows x k) are backend memory.
+  virtual void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
+                         int32_t* experts, float* weights) = 0;
+  // Routed experts: for each token t and slot i < k, with e = experts[t][i]:
+  //   h = swiglu(gate_e . x[t], up_e . x[t], limit) * weights[t][i];  out_i = down_e . h
+  // and y[t] = sum over i in slot order of out_i (y overwritten). x, y: rows x n_in(gate).
+  virtual void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
+                           const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
+                           float* y) = 0;
+};
+
+// Typed backend memory owned by a Backend (RAII; movable).
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend& be, size_t count) : be_(&be), n_(count) {
+    if (count) p_ = static_cast<T*>(be.alloc(count * sizeof(T)));
+  }
+  Buffer(Buffer&& o) noexcept : be_(o.be_), p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept {
+    if (this != &o) {
+      reset();
+      be_ = o.be_, p_ = o.p_, n_ = o.n_;
+      o.p_ = nullptr, o.n_ = 0;
+    }
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { reset(); }
+  void reset() {
+    if (p_) be_->release(p_);
+    p_ = nullptr, n_ = 0;
+  }
+
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  size_t size() const { return n_; }
+  Backend* backend() const { return be_; }
+
+  // The first `count` elements (all by default) copied to the host.
+  std::vector<T> to_host(size_t count = SIZE_MAX) const {
+    std::vector<T> v(count == SIZE_MAX ? n_ : count);
+    if (!v.empty()) be_->download(v.data(), p_, v.size() * sizeof(T));
+    return v;
+  }
+  // Overwrites the first src.size() elements.
+  void from_host(std::span<const T> src) {
+    if (!src.empty()) be_->upload(p_, src.data(), src.size() * sizeof(T));
+  }
+
+ private:
+  Backend* be_ = nullptr;
+  T* p_ = nullptr;
+  size_t n_ = 0;
 };
 
 struct CpuOptions {

@@ -9,15 +9,15 @@ using model::deepseek4::State;
 
 namespace {
 
-CompressorMark mark(const CompressorState& cs) { return {cs.kv, cs.score, cs.n_rows()}; }
+CompressorMark mark(const CompressorState& cs) { return {cs.kv.to_host(), cs.score.to_host(), cs.n_rows}; }
 
 void unmark(CompressorState& cs, const CompressorMark& m, size_t il, const char* which) {
-  if (cs.kv.size() != m.kv.size() || cs.score.size() != m.score.size() || cs.n_rows() < m.n_rows)
+  if (cs.kv.size() != m.kv.size() || cs.score.size() != m.score.size() || cs.n_rows < m.n_rows)
     fail("session checkpoint: layer {} {} compressor does not match the state ({} rows, checkpoint {})", il, which,
-         cs.n_rows(), m.n_rows);
-  cs.kv = m.kv;
-  cs.score = m.score;
-  cs.rows.resize(static_cast<size_t>(m.n_rows * cs.dim));
+         cs.n_rows, m.n_rows);
+  cs.kv.from_host(m.kv);
+  cs.score.from_host(m.score);
+  cs.n_rows = m.n_rows;  // rows past the mark are dead; appends overwrite them
 }
 
 }  // namespace
@@ -35,7 +35,7 @@ Checkpoint take_checkpoint(const State& st) {
   cp.n_pos = st.n_pos;
   cp.logits = st.logits;
   for (const auto& L : st.layers) {
-    cp.raw.push_back(L.raw);
+    cp.raw.push_back(L.raw.to_host());
     cp.attn.push_back(mark(L.attn));
     cp.index.push_back(mark(L.index));
   }
@@ -50,7 +50,7 @@ void restore_checkpoint(State& st, const Checkpoint& cp) {
   for (size_t il = 0; il < st.layers.size(); ++il) {
     auto& L = st.layers[il];
     if (L.raw.size() != cp.raw[il].size()) fail("session checkpoint: layer {} window size differs", il);
-    L.raw = cp.raw[il];
+    L.raw.from_host(cp.raw[il]);
     unmark(L.attn, cp.attn[il], il, "attention");
     unmark(L.index, cp.index[il], il, "indexer");
   }

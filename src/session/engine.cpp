@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "compute/backends.h"
 #include "core/error.h"
 #include "ds4/session.h"
 #include "gguf/gguf.h"
@@ -114,8 +115,10 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
 std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
-  if (o.backend == "cuda") fail("backend 'cuda': this build has no CUDA support (configure with -DDS4_CUDA=ON)");
-  if (o.backend != "cpu") fail("unknown backend '{}' (available: cpu)", o.backend);
+  if (o.backend != "cpu") {
+    // Fails early (before the model is opened) for a name or backend this build lacks.
+    if (!compute::backend_is_shared(o.backend)) compute::make_backend({o.backend});
+  }
   if (o.ctx_size < 0) fail("context size {} is negative", o.ctx_size);
   if (o.max_batch < 1) fail("max_batch {} must be at least 1", o.max_batch);
   if (!std::filesystem::exists(o.model_path)) fail("{}: model file not found", o.model_path);
@@ -154,6 +157,13 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
     if (auto u = t.find_token("<｜User｜>"); u && (!in.eos_id || *u != *in.eos_id)) in.stop_ids.push_back(*u);
   }
   impl->pool = std::make_unique<ThreadPool>(o.threads);
+  if (compute::backend_is_shared(o.backend)) {
+    compute::BackendOptions bo;
+    bo.name = o.backend;
+    bo.pool = impl->pool.get();
+    impl->shared_backend = compute::make_backend(bo);
+    impl->model->register_weights(*impl->shared_backend);
+  }
   in.backend = o.backend;
   in.threads = impl->pool->size();
   in.act_quant_sim = o.act_quant_sim;

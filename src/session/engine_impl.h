@@ -4,6 +4,7 @@
 #include <mutex>
 #include <optional>
 
+#include "compute/backend.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "ds4/engine.h"
@@ -19,6 +20,9 @@ struct Engine::Impl {
   std::unique_ptr<model::deepseek4::Model> model;
   std::optional<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
+  // Device backends hold the weights once: every session shares this instance (null: each
+  // session makes its own CPU backend over `pool`).
+  std::unique_ptr<compute::Backend> shared_backend;
   // One CPU pool serves every session: their evaluations take turns.
   mutable std::mutex compute_mu;
 };

@@ -86,10 +86,10 @@ class In {
 };
 
 void put_compressor(Out& o, const model::deepseek4::CompressorState& cs) {
-  o.put<uint64_t>(static_cast<uint64_t>(cs.n_rows()));
-  o.put_vec(cs.kv);
-  o.put_vec(cs.score);
-  o.put_vec(cs.rows);
+  o.put<uint64_t>(static_cast<uint64_t>(cs.n_rows));
+  o.put_vec(cs.kv.to_host());
+  o.put_vec(cs.score.to_host());
+  o.put_vec(cs.rows.to_host(static_cast<size_t>(cs.n_rows * cs.dim)));
 }
 
 void get_compressor(In& in, model::deepseek4::CompressorState& cs, int64_t n_pos, size_t il, const char* which) {
@@ -98,10 +98,17 @@ void get_compressor(In& in, model::deepseek4::CompressorState& cs, int64_t n_pos
   if (n_rows != expect)
     fail("session payload: layer {} {} compressor has {} rows; {} tokens at ratio {} make {}", il, which, n_rows,
          n_pos, cs.ratio, expect);
+  if (n_rows > static_cast<uint64_t>(cs.capacity))
+    fail("session payload: layer {} {} compressor has {} rows; the session holds {}", il, which, n_rows, cs.capacity);
   const size_t n = cs.kv.size();
-  in.get_vec(cs.kv, n, "compressor window");
-  in.get_vec(cs.score, n, "compressor scores");
-  in.get_vec(cs.rows, n_rows * static_cast<uint64_t>(cs.dim), "compressed rows");
+  std::vector<float> v;
+  in.get_vec(v, n, "compressor window");
+  cs.kv.from_host(v);
+  in.get_vec(v, n, "compressor scores");
+  cs.score.from_host(v);
+  in.get_vec(v, n_rows * static_cast<uint64_t>(cs.dim), "compressed rows");
+  cs.rows.from_host(v);
+  cs.n_rows = static_cast<int64_t>(n_rows);
 }
 
 }  // namespace
@@ -129,7 +136,7 @@ std::vector<uint8_t> Session::save_payload() const {
     const auto& L = st.layers[static_cast<size_t>(il)];
     const int64_t R = hp.ratio(il);
     o.put<uint32_t>(static_cast<uint32_t>(R));
-    o.put_vec(L.raw);
+    o.put_vec(L.raw.to_host());
     if (R > 0) put_compressor(o, L.attn);
     if (R == 4) put_compressor(o, L.index);
   }
@@ -176,7 +183,7 @@ void Session::load_payload(std::span<const uint8_t> bytes) {
   rng.seed = in.get<uint64_t>("rng seed");
   rng.draws = in.get<uint64_t>("rng draws");
 
-  model::deepseek4::State st = s.e->model->new_state();
+  model::deepseek4::State st = s.new_state();
   st.n_pos = static_cast<int64_t>(n_pos);
   in.get_vec(st.tokens, n_pos, "tokens");
   for (size_t i = 0; i < st.tokens.size(); ++i)
@@ -188,7 +195,11 @@ void Session::load_payload(std::span<const uint8_t> bytes) {
     const uint32_t R = in.get<uint32_t>("layer compress ratio");
     if (R != static_cast<uint64_t>(hp.ratio(il)))
       fail("session payload: layer {} has compress ratio {}, the model {}", il, R, hp.ratio(il));
-    in.get_vec(L.raw, L.raw.size(), "sliding window");
+    {
+      std::vector<float> raw;
+      in.get_vec(raw, L.raw.size(), "sliding window");
+      L.raw.from_host(raw);
+    }
     if (R > 0) get_compressor(in, L.attn, st.n_pos, static_cast<size_t>(il), "attention");
     if (R == 4) get_compressor(in, L.index, st.n_pos, static_cast<size_t>(il), "indexer");
   }

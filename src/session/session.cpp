@@ -28,8 +28,13 @@ std::unique_ptr<Session> Engine::new_session(const SessionOptions& o) const {
   s->e = impl_.get();
   s->options = o;
   s->n_ctx = o.n_ctx > 0 ? o.n_ctx : impl_->info.n_ctx;
-  s->backend = compute::make_cpu_backend(impl_->pool.get());
-  s->state = impl_->model->new_state();
+  if (impl_->shared_backend) {
+    s->backend = impl_->shared_backend.get();
+  } else {
+    s->own_backend = compute::make_cpu_backend(impl_->pool.get());
+    s->backend = s->own_backend.get();
+  }
+  s->state = s->new_state();
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 
@@ -46,7 +51,7 @@ std::span<const float> Session::logits() const {
 }
 
 void Session::Impl::reset() {
-  state = e->model->new_state();
+  state = new_state();
   checkpoints.clear();
 }
 
@@ -91,7 +96,7 @@ void Session::Impl::add_checkpoint() {
 void Session::Impl::restore_at_most(int64_t n) {
   while (!checkpoints.empty() && checkpoints.back().n_pos > n) checkpoints.pop_back();
   if (checkpoints.empty()) {
-    state = e->model->new_state();
+    state = new_state();
     return;
   }
   session::restore_checkpoint(state, checkpoints.back());

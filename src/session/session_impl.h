@@ -16,7 +16,8 @@ struct Session::Impl {
   const Engine::Impl* e = nullptr;
   SessionOptions options;
   int64_t n_ctx = 0;
-  std::unique_ptr<compute::Backend> backend;
+  compute::Backend* backend = nullptr;           // own_backend, or the engine's shared one (CUDA)
+  std::unique_ptr<compute::Backend> own_backend;
   model::deepseek4::State state;
   Sampler sampler;
   std::deque<session::Checkpoint> checkpoints;  // ascending n_pos, all <= state.n_pos
@@ -32,6 +33,7 @@ struct Session::Impl {
   void check_fits(int64_t total) const;
   void check_ids(std::span<const int32_t> tokens) const;
   void reset();
+  model::deepseek4::State new_state() const { return e->model->new_state(*backend, n_ctx); }
 };
 
 }  // namespace ds4

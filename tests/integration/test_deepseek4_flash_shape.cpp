@@ -38,7 +38,8 @@ TEST(FlashShape, Full43LayerTableValidates) {
   EXPECT_EQ(hca, 20);
   EXPECT_EQ(swa, 2);
   // State sizes of spec §8 at this shape.
-  State st = m->new_state();
+  auto cpu = compute::make_cpu_backend(nullptr);
+  State st = m->new_state(*cpu, 4096);
   EXPECT_EQ(st.layers[2].attn.kv.size(), 8u * 1024);
   EXPECT_EQ(st.layers[3].attn.kv.size(), 128u * 512);
   EXPECT_EQ(st.layers[2].index.kv.size(), 8u * 256);
@@ -61,7 +62,7 @@ TEST(FlashShape, ReducedLayerFileDecodes) {
   const std::vector<int32_t> toks = {0, 4242, 129279};
   const size_t V = 129280;
   std::vector<float> prefill(toks.size() * V), serial(toks.size() * V);
-  State a = m->new_state(), b = m->new_state();
+  State a = m->new_state(*be, 8), b = m->new_state(*be, 8);
   m->eval(*be, a, toks, prefill.data());
   for (size_t i = 0; i < toks.size(); ++i) m->eval(*be, b, std::span(toks).subspan(i, 1), serial.data() + i * V);
   double max_d = 0, sum_abs = 0;

@@ -1,12 +1,13 @@
 // Logits-dump mode: one prefill of all tokens, or one token at a time (--incremental).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
-#include "compute/backend.h"
+#include "compute/backends.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "model/deepseek4/model.h"
@@ -34,15 +35,19 @@ void run_dump_logits(const Ds4Options& opts) {
   auto t0 = clock::now();
   auto model = model::deepseek4::Model::load(opts.model_path, mo);
   ThreadPool pool(opts.threads);
-  compute::CpuOptions co;
-  co.float_activations = opts.float_acts;
-  auto be = compute::make_cpu_backend(&pool, co);
+  compute::BackendOptions bo;
+  bo.name = opts.backend;
+  bo.pool = &pool;
+  bo.float_activations = opts.float_acts;
+  bo.verbose = opts.verbose;
+  auto be = compute::make_backend(bo);
+  model->register_weights(*be);
   const auto& hp = model->hparams();
   if (opts.verbose) fmt::print(stderr, "{}\n", hp.describe());
 
   const size_t V = static_cast<size_t>(hp.n_vocab);
   std::vector<float> logits(opts.tokens.size() * V);
-  auto state = model->new_state();
+  auto state = model->new_state(*be, static_cast<int64_t>(std::max<size_t>(opts.tokens.size(), 1)));
   auto t1 = clock::now();
   if (opts.incremental) {
     for (size_t i = 0; i < opts.tokens.size(); ++i)

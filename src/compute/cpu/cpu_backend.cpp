@@ -1,66 +1,69 @@
 // CPU implementation of the backend ops: scalar C++ over the thread pool. Quantized dot
-// products come from ds4_quant (AVX2 where the CPU has it).
+// products come from ds4_quant (AVX2 where the CPU has it). Backend memory is host memory.
+#include "compute/cpu/cpu_backend.h"
+
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <cstdlib>
+#include <cstring>
 
-#include "compute/backend.h"
 #include "compute/numerics.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
+#include "core/fp16.h"
 #include "quant/quant.h"
 
 namespace ds4::compute {
 
-namespace {
+namespace cpu {
 
-class CpuBackend final : public Backend {
- public:
-  CpuBackend(ThreadPool* pool, CpuOptions opt) : pool_(pool), opt_(opt) {}
-  const char* name() const override { return "cpu"; }
-
-  void matmul(const Matrix& w, const float* x, int64_t rows, float* y) override;
-  void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) override;
-  void rope_tail(float* x, int64_t n_heads, int64_t head_dim, std::span<const double> freqs, int64_t pos,
-                 bool inverse) override;
-  void sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks, float scale,
-                      float* out) override;
-  void indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
-                      int64_t n_keys, float* scores) override;
-  void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
-              float* comb) override;
-  void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) override;
-  void hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
-               float* Xout) override;
-  void swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) override;
-  void softmax_pool(const float* const* values, const float* const* scores, int64_t slots, int64_t n,
-                    float* out) override;
-
- private:
-  void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool_) pool_->parallel_for(n, grain, fn);
-    else fn(0, n);
+void decode_row(const Matrix& m, int64_t r, float* out) {
+  const uint8_t* src = m.row(r);
+  switch (m.type) {
+    case GgmlType::F32: std::memcpy(out, src, static_cast<size_t>(m.n_in) * sizeof(float)); break;
+    case GgmlType::F16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < m.n_in; ++i) out[i] = fp16_to_fp32(h[i]);
+      break;
+    }
+    case GgmlType::BF16: {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t i = 0; i < m.n_in; ++i) out[i] = bf16_to_fp32(h[i]);
+      break;
+    }
+    default: quant::dequantize_row(m.type, src, out, m.n_in);
   }
-  void matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y);
-  ThreadPool* pool_;
-  CpuOptions opt_;
-  std::vector<uint8_t> act_buf_;
-};
+}
 
-void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y) {
+void* CpuBackend::alloc(size_t bytes) {
+  // Large blocks come from fresh anonymous pages (glibc mmaps them), so a state sized for a long
+  // context costs memory only as positions are written.
+  const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  void* p = std::aligned_alloc(256, n);
+  if (!p) fail("cpu backend: out of memory allocating {} bytes", bytes);
+  return p;
+}
+void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void CpuBackend::fill(float* x, int64_t n, float value) { std::fill(x, x + n, value); }
+
+void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
+                        int64_t y_stride) {
   if (rows <= 0 || w.n_out <= 0) return;
+  const int64_t xs = x_stride ? x_stride : w.n_in, ys = y_stride ? y_stride : w.n_out;
   // Activations go to the format the weight's dot product expects (Q8_0 / Q8_K for quantized
   // weights, as ggml and ds4 do; f32 rows are used as they are).
   const GgmlType at = quant::vec_dot_type(w.type);
-  if (opt_.float_activations && at != GgmlType::F32) return matmul_float_acts(w, x, rows, y);
+  if (opt_.float_activations && at != GgmlType::F32) return matmul_float_acts(w, x, rows, y, xs, ys);
   const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
-  size_t abytes = static_cast<size_t>(w.n_in) * sizeof(float);
+  size_t abytes = static_cast<size_t>(xs) * sizeof(float);
   if (at != GgmlType::F32) {
     abytes = row_bytes(traits(at), static_cast<uint64_t>(w.n_in));
     act_buf_.resize(abytes * static_cast<size_t>(rows));
     uint8_t* q = act_buf_.data();
     parallel(rows, 1, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) quant::quantize_activation_row(at, x + r * w.n_in, q + r * abytes, w.n_in);
+      for (int64_t r = r0; r < r1; ++r) quant::quantize_activation_row(at, x + r * xs, q + r * abytes, w.n_in);
     });
     acts = q;
   }
@@ -75,20 +78,21 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y)
       const int64_t o0 = t * kTile, o1 = std::min(w.n_out, o0 + kTile);
       for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* a = acts + static_cast<size_t>(r) * abytes;
-        float* yr = y + r * w.n_out;
+        float* yr = y + r * ys;
         for (int64_t o = o0; o < o1; ++o) yr[o] = quant::vec_dot(w.type, w.row(o), a, w.n_in);
       }
     }
   });
 }
 
-void CpuBackend::matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y) {
+void CpuBackend::matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y, int64_t xs,
+                                   int64_t ys) {
   parallel(w.n_out, 1, [&](int64_t o0, int64_t o1) {
     std::vector<float> wr(static_cast<size_t>(w.n_in));
     for (int64_t o = o0; o < o1; ++o) {
       quant::dequantize_row(w.type, w.row(o), wr.data(), w.n_in);
       for (int64_t r = 0; r < rows; ++r)
-        y[r * w.n_out + o] = quant::vec_dot(GgmlType::F32, wr.data(), x + r * w.n_in, w.n_in);
+        y[r * ys + o] = quant::vec_dot(GgmlType::F32, wr.data(), x + r * xs, w.n_in);
     }
   });
 }
@@ -108,66 +112,74 @@ void CpuBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t row
   }
 }
 
-void CpuBackend::rope_tail(float* x, int64_t n_heads, int64_t head_dim, std::span<const double> freqs, int64_t pos,
-                           bool inverse) {
+void CpuBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                           int64_t pos0, int64_t pos_step, bool inverse) {
   const int64_t n_rot = static_cast<int64_t>(freqs.size()) * 2;
   const int64_t first = head_dim - n_rot;
-  // Angles directly as pos * f_k in double (trap 19: no iterative products).
   std::vector<float> c(freqs.size()), s(freqs.size());
-  for (size_t k = 0; k < freqs.size(); ++k) {
-    double th = static_cast<double>(pos) * freqs[k];
-    c[k] = static_cast<float>(std::cos(th));
-    s[k] = static_cast<float>(inverse ? -std::sin(th) : std::sin(th));
-  }
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* t = x + h * head_dim + first;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t pos = pos0 + r * pos_step;
+    // Angles directly as pos * f_k in double (trap 19: no iterative products).
     for (size_t k = 0; k < freqs.size(); ++k) {
-      float x0 = t[2 * k], x1 = t[2 * k + 1];
-      t[2 * k] = x0 * c[k] - x1 * s[k];
-      t[2 * k + 1] = x0 * s[k] + x1 * c[k];
+      double th = static_cast<double>(pos) * freqs[k];
+      c[k] = static_cast<float>(std::cos(th));
+      s[k] = static_cast<float>(inverse ? -std::sin(th) : std::sin(th));
+    }
+    for (int64_t h = 0; h < n_heads; ++h) {
+      float* t = x + (r * n_heads + h) * head_dim + first;
+      for (size_t k = 0; k < freqs.size(); ++k) {
+        float x0 = t[2 * k], x1 = t[2 * k + 1];
+        t[2 * k] = x0 * c[k] - x1 * s[k];
+        t[2 * k + 1] = x0 * s[k] + x1 * c[k];
+      }
     }
   }
 }
 
-void CpuBackend::sink_attention(const float* q, int64_t n_heads, int64_t head_dim, KvRows kv, const float* sinks,
-                                float scale, float* out) {
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, head_dim * (kv.count + 1)));
-  parallel(n_heads, grain, [&](int64_t h0, int64_t h1) {
-    std::vector<float> s(static_cast<size_t>(kv.count));
-    for (int64_t h = h0; h < h1; ++h) {
-      const float* qh = q + h * head_dim;
-      float m = sinks[h];
-      for (int64_t k = 0; k < kv.count; ++k) {
-        s[k] = quant::vec_dot(GgmlType::F32, qh, kv.rows[k], head_dim) * scale;
-        m = std::max(m, s[k]);
-      }
-      float denom = std::exp(sinks[h] - m);
-      float* oh = out + h * head_dim;
-      std::fill(oh, oh + head_dim, 0.0f);
-      for (int64_t k = 0; k < kv.count; ++k) {
-        float e = std::exp(s[k] - m);
-        denom += e;
-        const float* v = kv.rows[k];
-        for (int64_t i = 0; i < head_dim; ++i) oh[i] += e * v[i];
-      }
-      const float inv = 1.0f / denom;
-      for (int64_t i = 0; i < head_dim; ++i) oh[i] *= inv;
+void CpuBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* xr = x + r * row_len;
+    if (kind == ActRound::Fp8) {
+      fp8_e4m3_round_trip(xr, n_round);
+    } else {
+      hadamard_transform(xr, n_round);
+      fp4_e2m1_round_trip(xr, n_round);
     }
-  });
+  }
 }
 
-void CpuBackend::indexer_scores(const float* q, const float* w, int64_t n_heads, int64_t head_dim, const float* keys,
-                                int64_t n_keys, float* scores) {
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_heads * head_dim));
-  parallel(n_keys, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const float* k = keys + c * head_dim;
-      float s = 0;
-      for (int64_t h = 0; h < n_heads; ++h)  // ReLU before the head weighting (trap 12)
-        s += w[h] * std::max(0.0f, quant::vec_dot(GgmlType::F32, q + h * head_dim, k, head_dim));
-      scores[c] = s;
+void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+                        float* h) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float weight = weights ? weights[r] : 1.0f;
+    const float* gr = g + r * n;
+    const float* ur = u + r * n;
+    float* hr = h + r * n;
+    for (int64_t i = 0; i < n; ++i) {
+      float gv = gr[i], uv = ur[i];
+      if (limit > 0) {
+        gv = std::min(gv, limit);
+        uv = std::clamp(uv, -limit, limit);
+      }
+      float silu = gv / (1.0f + std::exp(-gv));
+      hr[i] = silu * uv * weight;
     }
-  });
+  }
+}
+
+void CpuBackend::add(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) {
+  const int64_t d = table.n_in;
+  for (int64_t t = 0; t < rows; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= table.n_out)
+      fail("embed: token {} at row {} is outside the table's {} rows", tokens[t], t, table.n_out);
+    float* x0 = X + t * copies * d;
+    decode_row(table, tokens[t], x0);
+    for (int s = 1; s < copies; ++s) std::memcpy(x0 + s * d, x0, static_cast<size_t>(d) * sizeof(float));
+  }
 }
 
 void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
@@ -199,65 +211,29 @@ void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams
   }
 }
 
-void CpuBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+void CpuBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
+                         int n_hc, int64_t n, float* Xout) {
   for (int64_t r = 0; r < rows; ++r) {
-    float* xr = x + r * row_len;
-    if (kind == ActRound::Fp8) {
-      fp8_e4m3_round_trip(xr, n_round);
-    } else {
-      hadamard_transform(xr, n_round);
-      fp4_e2m1_round_trip(xr, n_round);
+    const float* yr = y + r * n;
+    const float* Xr = X + r * n_hc * n;
+    const float* pr = post + r * n_hc;
+    const float* cr = comb + r * n_hc * n_hc;
+    float* Or = Xout + r * n_hc * n;
+    for (int j = 0; j < n_hc; ++j) {
+      float* o = Or + j * n;
+      for (int64_t d = 0; d < n; ++d) {
+        float acc = pr[j] * yr[d];
+        for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
+        o[d] = acc;
+      }
     }
   }
 }
 
-void CpuBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int n_hc, int64_t n,
-                         float* Xout) {
-  for (int j = 0; j < n_hc; ++j) {
-    float* o = Xout + j * n;
-    for (int64_t d = 0; d < n; ++d) {
-      float acc = post[j] * y[d];
-      for (int i = 0; i < n_hc; ++i) acc += comb[i * n_hc + j] * X[i * n + d];
-      o[d] = acc;
-    }
-  }
-}
-
-void CpuBackend::swiglu(const float* g, const float* u, int64_t n, float limit, float weight, float* h) {
-  for (int64_t i = 0; i < n; ++i) {
-    float gv = g[i], uv = u[i];
-    if (limit > 0) {
-      gv = std::min(gv, limit);
-      uv = std::clamp(uv, -limit, limit);
-    }
-    float silu = gv / (1.0f + std::exp(-gv));
-    h[i] = silu * uv * weight;
-  }
-}
-
-void CpuBackend::softmax_pool(const float* const* values, const float* const* scores, int64_t slots, int64_t n,
-                              float* out) {
-  for (int64_t j = 0; j < n; ++j) {
-    float m = -INFINITY;
-    for (int64_t s = 0; s < slots; ++s) m = std::max(m, scores[s][j]);
-    if (m == -INFINITY) {
-      out[j] = 0;
-      continue;
-    }
-    float den = 0, num = 0;
-    for (int64_t s = 0; s < slots; ++s) {
-      float e = std::exp(scores[s][j] - m);
-      den += e;
-      num += e * values[s][j];
-    }
-    out[j] = num / den;
-  }
-}
-
-}  // namespace
+}  // namespace cpu
 
 std::unique_ptr<Backend> make_cpu_backend(ThreadPool* pool, CpuOptions opt) {
-  return std::make_unique<CpuBackend>(pool, opt);
+  return std::make_unique<cpu::CpuBackend>(pool, opt);
 }
 
 }  // namespace ds4::compute

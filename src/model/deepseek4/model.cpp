@@ -1,6 +1,8 @@
 // Model: load, validation and the entry point that runs Forward over a batch in chunks.
 #include "model/deepseek4/model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "compute/numerics.h"
@@ -24,8 +26,24 @@ std::unique_ptr<Model> Model::from_file(gguf::File file, Options opt) {
   return std::unique_ptr<Model>(new Model(std::move(file), opt));
 }
 
+void Model::register_weights(compute::Backend& be) const {
+  // The tensor data section is one contiguous range of the mapping.
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  for (const auto& t : file_.tensors()) {
+    if (!t.data) continue;
+    if (!lo || t.data < lo) lo = t.data;
+    if (!hi || t.data + t.n_bytes > hi) hi = t.data + t.n_bytes;
+  }
+  if (lo) be.register_weights(lo, static_cast<size_t>(hi - lo), file_.path());
+  size_t i = 0;
+  for (const auto& v : w_.widened())
+    be.register_weights(v.data(), v.size() * sizeof(float), fmt::format("widened vector {}", i++));
+}
+
 void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const {
   if (tokens.empty()) return;
+  if (state.backend != &be) fail("deepseek4: the session state belongs to another backend");
   if (state.layers.size() != static_cast<size_t>(hp_.n_layer))
     fail("deepseek4: session state has {} layers, the model {}", state.layers.size(), hp_.n_layer);
   for (size_t i = 0; i < tokens.size(); ++i)

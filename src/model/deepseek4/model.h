@@ -34,13 +34,19 @@ class Model {
 
   const HParams& hparams() const { return hp_; }
   const Options& options() const { return opt_; }
-  State new_state() const { return State::create(hp_); }
+  // A fresh state in `be`'s memory with room for n_ctx positions.
+  State new_state(compute::Backend& be, int64_t n_ctx) const { return State::create(hp_, be, n_ctx); }
+
+  // Announces every weight byte to `be` (a device backend copies them once; see backend.h).
+  // Must be called once per backend before its first eval.
+  void register_weights(compute::Backend& be) const;
 
   // Evaluates `tokens` at positions state.n_pos, state.n_pos+1, ... as one batch (layer-major)
   // and advances the state. logits_all, when non-null, receives [tokens.size()][n_vocab];
   // state.logits always ends up holding the last position's logits.
   // A bad token id throws before the state is touched. Any other failure (which valid inputs
   // do not cause) leaves the state unusable: start a new one.
+  // `state` must have been created on `be`.
   // Not safe to call concurrently with the same Backend (its scratch buffers are shared).
   void eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const;
 

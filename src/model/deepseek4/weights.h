@@ -19,16 +19,7 @@ class File;
 namespace ds4::model::deepseek4 {
 
 // A 3-D routed-expert tensor [n_in, n_out, n_expert]: expert e is an n_out x n_in matrix.
-struct ExpertMatrix {
-  compute::Matrix first;  // expert 0
-  int64_t n_expert = 0;
-  size_t expert_stride = 0;  // bytes between experts = n_out * row_bytes(n_in)
-  compute::Matrix expert(int64_t e) const {
-    compute::Matrix m = first;
-    m.data = first.data + static_cast<size_t>(e) * expert_stride;
-    return m;
-  }
-};
+using ExpertMatrix = compute::ExpertSet;
 
 // A compressor (spec §6.5): projections to W = lanes * D values, a position bias of R rows of
 // W, and the D-wide output norm.
@@ -78,6 +69,8 @@ struct Weights {
 
   // Fills every view; hp.n_vocab is set from token_embd when the metadata had no vocab size.
   static Weights bind(const gguf::File& f, HParams& hp);
+  // The f32 copies of F16/BF16 vectors (weights outside the mapping; see backend.h).
+  const std::deque<std::vector<float>>& widened() const { return widened_; }
 
  private:
   std::deque<std::vector<float>> widened_;  // f32 copies of small F16/BF16 vectors

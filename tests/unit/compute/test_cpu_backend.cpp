@@ -108,7 +108,7 @@ TEST_F(CpuBackend, RopeTailRotatesAdjacentPairsAndInverts) {
   auto x = randn(heads * hd, 7);
   auto y = x;
   const int64_t pos = 12345;
-  be->rope_tail(y.data(), heads, hd, freqs, pos, false);
+  be->rope_tail(y.data(), 1, heads, hd, freqs, pos, 0, false);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t i = 0; i < hd - 6; ++i) EXPECT_EQ(y[h * hd + i], x[h * hd + i]);
     for (int k = 0; k < 3; ++k) {
@@ -118,7 +118,7 @@ TEST_F(CpuBackend, RopeTailRotatesAdjacentPairsAndInverts) {
       EXPECT_NEAR(y[h * hd + 11 + 2 * k], z.imag(), 1e-5);
     }
   }
-  be->rope_tail(y.data(), heads, hd, freqs, pos, true);
+  be->rope_tail(y.data(), 1, heads, hd, freqs, pos, 0, true);
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
 }
 
@@ -126,12 +126,13 @@ TEST_F(CpuBackend, SinkAttentionMatchesFormula) {
   const int64_t heads = 3, hd = 8, n = 5;
   auto q = randn(heads * hd, 8);
   auto kv = randn(n * hd, 9);
-  std::vector<const float*> rows;
-  for (int64_t k = 0; k < n; ++k) rows.push_back(kv.data() + k * hd);
+  // All n rows as compressed rows (empty window: window 1 at position 0 would add one row, so
+  // the ring is one of the n rows itself: row 0 at position 0, the other n-1 compressed).
   float sinks[3] = {0.5f, -2.0f, 3.0f};
   std::vector<float> out(heads * hd);
   const float scale = 0.3f;
-  be->sink_attention(q.data(), heads, hd, {rows.data(), n}, sinks, scale, out.data());
+  AttnKv kvs{kv.data(), 1, 0, kv.data() + hd, n - 1};
+  be->attention(q.data(), heads, hd, kvs, sinks, scale, out.data());
   for (int64_t h = 0; h < heads; ++h) {
     std::vector<double> e(n);
     double den = std::exp(static_cast<double>(sinks[h]));  // sink: denominator only, unscaled
@@ -156,7 +157,7 @@ TEST_F(CpuBackend, HcPostUsesTransposedComb) {
   float post[3] = {0.5f, 1.5f, 1.0f};
   float comb[9] = {0.1f, 0.2f, 0.7f, 0.3f, 0.3f, 0.4f, 0.6f, 0.5f, -0.1f};
   std::vector<float> out(hc * n);
-  be->hc_post(y.data(), X.data(), post, comb, hc, n, out.data());
+  be->hc_post(y.data(), X.data(), post, comb, 1, hc, n, out.data());
   for (int j = 0; j < hc; ++j)
     for (int64_t d = 0; d < n; ++d) {
       double want = post[j] * y[d];
@@ -167,7 +168,8 @@ TEST_F(CpuBackend, HcPostUsesTransposedComb) {
 
 TEST_F(CpuBackend, SwigluClampsGateAboveAndUpBothSides) {
   float g[4] = {12.0f, -30.0f, 1.0f, 5.0f}, u[4] = {11.0f, -12.0f, 2.0f, -3.0f}, h[4];
-  be->swiglu(g, u, 4, 10.0f, 2.0f, h);
+  const float two = 2.0f;
+  be->swiglu(g, u, 1, 4, 10.0f, &two, h);
   auto silu = [](double v) { return v / (1 + std::exp(-v)); };
   EXPECT_NEAR(h[0], silu(10) * 10 * 2, 1e-4);
   EXPECT_NEAR(h[1], silu(-30) * -10 * 2, 1e-6);  // gate is not clamped from below
@@ -175,14 +177,63 @@ TEST_F(CpuBackend, SwigluClampsGateAboveAndUpBothSides) {
   EXPECT_NEAR(h[3], silu(5) * -3 * 2, 1e-5);
 }
 
-TEST_F(CpuBackend, SoftmaxPoolPerDimensionAndEmpty) {
-  float v0[2] = {1, 10}, v1[2] = {3, 20}, s0[2] = {0, -INFINITY}, s1[2] = {std::log(3.0f), -INFINITY};
-  const float* vals[2] = {v0, v1};
-  const float* scs[2] = {s0, s1};
+TEST_F(CpuBackend, CompressorPoolPerDimensionAndEmpty) {
+  // One lane, ratio 2, dim 2: slot rows are (value, score) per dimension.
+  float kv[4] = {1, 10, 3, 20}, sc[4] = {0, -INFINITY, std::log(3.0f), -INFINITY};
   float out[2];
-  be->softmax_pool(vals, scs, 2, 2, out);
+  be->compressor_pool(kv, sc, 2, 1, 2, out);
   EXPECT_NEAR(out[0], 0.25 * 1 + 0.75 * 3, 1e-6);
   EXPECT_EQ(out[1], 0.0f);
+}
+
+TEST_F(CpuBackend, CompressorPoolTwoLanesReadsPreviousWindowThroughLaneA) {
+  // Two lanes, ratio 1, dim 1: rows are [laneA, laneB]; slot 0 reads column 0 (previous
+  // window), slot 1 column 1 (current window), trap 9.
+  float kv[4] = {2, 100, 100, 4}, sc[4] = {0, 50, 50, 0};
+  float out[1];
+  be->compressor_pool(kv, sc, 1, 2, 1, out);
+  EXPECT_NEAR(out[0], 3.0, 1e-6);
+}
+
+TEST_F(CpuBackend, CompressorStoreAddsApeRowToScore) {
+  float ape[6] = {1, 2, 3, 10, 20, 30};  // 2 rows of width 3
+  Matrix m{GgmlType::F32, reinterpret_cast<const uint8_t*>(ape), 3, 2, 3 * sizeof(float)};
+  float kvp[3] = {7, 8, 9}, scp[3] = {0.5f, 0.25f, -1}, kv[3], sc[3];
+  be->compressor_store(m, 1, kvp, scp, 3, kv, sc);
+  EXPECT_EQ(kv[2], 9.0f);
+  EXPECT_EQ(sc[0], 10.5f);
+  EXPECT_EQ(sc[2], 29.0f);
+}
+
+TEST_F(CpuBackend, TopKHighestWithLowerIndexOnTiesInAscendingOrder) {
+  float s[6] = {1, 5, 3, 5, -2, 3};
+  int32_t idx[3];
+  be->top_k(s, 6, 3, idx);
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 2);  // 3.0 at index 2 beats 3.0 at index 5
+  EXPECT_EQ(idx[2], 3);
+}
+
+TEST_F(CpuBackend, MoeRouteBiasSelectsOnlyAndHashTableRoutes) {
+  // Expert 2 has the lowest logit but a bias that selects it; its weight uses the unbiased score.
+  float logits[4] = {1.0f, 2.0f, -1.0f, 0.5f};
+  float bias[4] = {0, 0, 5.0f, 0};
+  RouteParams p{4, 2, bias, nullptr, true, 1.5f};
+  int32_t ex[2];
+  float w[2];
+  int32_t tok = 0;
+  be->moe_route(logits, &tok, 1, p, ex, w);
+  auto s = [](float x) { return std::sqrt(std::log1p(std::exp(x))); };
+  EXPECT_EQ(ex[0], 2);
+  EXPECT_EQ(ex[1], 1);
+  EXPECT_NEAR(w[0], s(-1.0f) / (s(-1.0f) + s(2.0f)) * 1.5f, 1e-6);
+  const int32_t table[4] = {3, 0, 1, 2};  // two tokens x k=2
+  RouteParams h{4, 2, nullptr, table, false, 1.0f};
+  tok = 1;
+  be->moe_route(logits, &tok, 1, h, ex, w);
+  EXPECT_EQ(ex[0], 1);
+  EXPECT_EQ(ex[1], 2);
+  EXPECT_NEAR(w[1], s(-1.0f), 1e-6);
 }
 
 TEST_F(CpuBackend, IndexerScoresReluBeforeHeadWeights) {
@@ -191,13 +242,13 @@ TEST_F(CpuBackend, IndexerScoresReluBeforeHeadWeights) {
   auto keys = randn(n * hd, 13);
   float w[3] = {0.5f, -1.0f, 2.0f};
   std::vector<float> s(n);
-  be->indexer_scores(q.data(), w, heads, hd, keys.data(), n, s.data());
+  be->indexer_scores(q.data(), w, 0.5f, heads, hd, keys.data(), n, s.data());
   for (int64_t c = 0; c < n; ++c) {
     double want = 0;
     for (int64_t h = 0; h < heads; ++h) {
       double d = 0;
       for (int64_t i = 0; i < hd; ++i) d += q[h * hd + i] * keys[c * hd + i];
-      want += w[h] * std::max(0.0, d);
+      want += w[h] * 0.5 * std::max(0.0, d);
     }
     EXPECT_NEAR(s[c], want, 1e-5);
   }

@@ -102,7 +102,7 @@ class LlamaCrossCheck : public ::testing::Test {
     auto be = ds4::compute::make_cpu_backend(&pool);
     EXPECT_EQ(m->hparams().n_vocab, static_cast<int64_t>(kVocab));
     std::vector<float> out(tokens_.size() * kVocab);
-    auto st = m->new_state();
+    auto st = m->new_state(*be, static_cast<int64_t>(tokens_.size()));
     m->eval(*be, st, tokens_, out.data());
     return out;
   }

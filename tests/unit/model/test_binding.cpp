@@ -131,7 +131,7 @@ TEST(Binding, BadTokenIdRefusedBeforeStateChanges) {
   ds4::test::write_synthetic_model(p, c);
   auto m = Model::load(p);
   auto be = compute::make_cpu_backend(nullptr);
-  State st = m->new_state();
+  State st = m->new_state(*be, 16);
   std::vector<int32_t> toks = {1, 2, 96};
   EXPECT_THAT([&] { m->eval(*be, st, toks, nullptr); },
               ::testing::ThrowsMessage<ds4::Error>(HasSubstr("token 96 (index 2 of the batch) is outside the vocabulary")));

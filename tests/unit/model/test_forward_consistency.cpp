@@ -36,7 +36,7 @@ std::vector<float> run_chunks(const Model& m, compute::Backend& be, const std::v
                               const std::vector<size_t>& chunks, State* out_state = nullptr) {
   const size_t V = static_cast<size_t>(m.hparams().n_vocab);
   std::vector<float> logits(toks.size() * V);
-  State st = m.new_state();
+  State st = m.new_state(be, static_cast<int64_t>(toks.size()));
   size_t at = 0;
   for (size_t c : chunks) {
     m.eval(be, st, std::span(toks).subspan(at, c), logits.data() + at * V);
@@ -126,28 +126,31 @@ TEST(ForwardConsistency, SimulationRoundsStoredRows) {
     Options o;
     o.act_quant_sim = sim;
     auto m = Model::load(p, o);
-    State st = m->new_state();
+    State st = m->new_state(*be, 64);
     m->eval(*be, st, toks, nullptr);
     int changed = 0;
+    const std::vector<float> raw1 = st.layers[1].raw.to_host();
     const int64_t hd = c.head_dim, nope = hd - c.n_rot;
     for (int64_t r = 0; r < c.sliding_window; ++r) {
-      std::vector<float> row(st.layers[1].raw.begin() + r * hd, st.layers[1].raw.begin() + (r + 1) * hd);
+      std::vector<float> row(raw1.begin() + r * hd, raw1.begin() + (r + 1) * hd);
       auto again = row;
       compute::fp8_e4m3_round_trip(again.data(), nope);
       changed += again != row;
     }
     const auto& comp = st.layers[1].attn;  // ratio-4 compressed attention rows: FP8 on dims < nope
-    ASSERT_EQ(comp.n_rows(), 6);
-    for (int64_t r = 0; r < comp.n_rows(); ++r) {
-      std::vector<float> row(comp.rows.begin() + r * hd, comp.rows.begin() + (r + 1) * hd);
+    ASSERT_EQ(comp.n_rows, 6);
+    const std::vector<float> comp_rows = comp.rows.to_host(static_cast<size_t>(comp.n_rows * hd));
+    for (int64_t r = 0; r < comp.n_rows; ++r) {
+      std::vector<float> row(comp_rows.begin() + r * hd, comp_rows.begin() + (r + 1) * hd);
       auto again = row;
       compute::fp8_e4m3_round_trip(again.data(), nope);
       changed += again != row;
     }
     const auto& idx = st.layers[1].index;
-    ASSERT_EQ(idx.n_rows(), 6);
-    for (int64_t r = 0; r < idx.n_rows(); ++r) {
-      std::vector<float> row(idx.rows.begin() + r * idx.dim, idx.rows.begin() + (r + 1) * idx.dim);
+    ASSERT_EQ(idx.n_rows, 6);
+    const std::vector<float> idx_rows = idx.rows.to_host(static_cast<size_t>(idx.n_rows * idx.dim));
+    for (int64_t r = 0; r < idx.n_rows; ++r) {
+      std::vector<float> row(idx_rows.begin() + r * idx.dim, idx_rows.begin() + (r + 1) * idx.dim);
       auto again = row;
       compute::fp4_e2m1_round_trip(again.data(), idx.dim);
       changed += again != row;
@@ -174,7 +177,7 @@ TEST(ActQuantSim, AppliedAtTheSpecifiedPlaces) {
     Options o;
     o.act_quant_sim = sim == 1;
     auto m = Model::load(p, o);
-    st[sim] = m->new_state();
+    st[sim] = m->new_state(*be, 64);
     m->eval(*be, st[sim], toks, nullptr);
   }
   const LayerState& off = st[0].layers[0];
@@ -195,8 +198,10 @@ TEST(ActQuantSim, AppliedAtTheSpecifiedPlaces) {
         ASSERT_NEAR(a_on[r * width + i], want[i], 1e-6f * std::max(1.0f, std::fabs(want[i]))) << "row " << r << " dim " << i;
     }
   };
-  check(off.raw, on.raw, hd, true);
-  check(off.attn.rows, on.attn.rows, hd, true);
-  check(off.index.rows, on.index.rows, c.indexer_head_dim, false);
+  check(off.raw.to_host(), on.raw.to_host(), hd, true);
+  check(off.attn.rows.to_host(static_cast<size_t>(off.attn.n_rows * hd)),
+        on.attn.rows.to_host(static_cast<size_t>(on.attn.n_rows * hd)), hd, true);
+  check(off.index.rows.to_host(static_cast<size_t>(off.index.n_rows * c.indexer_head_dim)),
+        on.index.rows.to_host(static_cast<size_t>(on.index.n_rows * c.indexer_head_dim)), c.indexer_head_dim, false);
   std::filesystem::remove(p);
 }

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run HERE after `make cuda`: copies the CUDA build's programs and the shared libraries they
+# need beyond the GPU image's own (fmt, pcre2, xxhash, edit, ...) into .devrun/ (git-ignored
+# via .git/info/exclude), so a device call can carry prebuilt binaries: nothing is compiled on
+# the GPU machine. Usage: scripts/device/pack_devrun.sh [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build-cuda}
+grep -qx '/.devrun/' .git/info/exclude 2>/dev/null || echo '/.devrun/' >> "$(git rev-parse --git-common-dir)/info/exclude"
+rm -rf .devrun && mkdir -p .devrun/bin .devrun/lib
+for b in ds4 ds4-gguf ds4-bench ds4-server test_cuda_parity cuda_gemv_check cuda_backend_check cuda_dequant_check; do
+  [ -x "$build/bin/$b" ] || continue
+  cp "$build/bin/$b" .devrun/bin/
+  strip --strip-debug .devrun/bin/$b
+done
+# Libraries outside libc/libstdc++/CUDA's driver: the image may lack them or hold other versions.
+for b in .devrun/bin/*; do
+  ldd "$b" | awk '/=> \//{print $3}'
+done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s' \
+  | while read -r l; do cp -L "$l" .devrun/lib/; done
+cp scripts/device/cuda_suite.sh .devrun/
+du -sh .devrun; ls .devrun/bin .devrun/lib

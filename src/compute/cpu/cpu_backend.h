@@ -1,0 +1,69 @@
+#pragma once
+// Internal: the CPU backend's class, shared by its two source files (cpu_backend.cpp: memory
+// and elementwise/linear-algebra ops; cpu_model_ops.cpp: attention, compressor, router, MoE).
+#include <functional>
+#include <vector>
+
+#include "compute/backend.h"
+#include "core/thread_pool.h"
+
+namespace ds4::compute::cpu {
+
+// Row r of a float or quantized matrix, decoded to f32 (embedding rows, ape rows).
+void decode_row(const Matrix& m, int64_t r, float* out);
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(ThreadPool* pool, CpuOptions opt) : pool_(pool), opt_(opt) {}
+  const char* name() const override { return "cpu"; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill(float* x, int64_t n, float value) override;
+
+  void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride) override;
+  void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) override;
+  void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                 int64_t pos0, int64_t pos_step, bool inverse) override;
+  void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) override;
+  void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+              float* h) override;
+  void add(float* y, const float* x, int64_t n) override;
+
+  void embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) override;
+  void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+              float* comb) override;
+  void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
+               int64_t n, float* Xout) override;
+  void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
+                 float scale, float* out) override;
+  void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
+                      const float* keys, int64_t n_keys, float* scores) override;
+  void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) override;
+  void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp, int64_t width,
+                        float* kv_slot, float* score_slot) override;
+  void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
+                       float* out) override;
+  void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
+                 float* weights) override;
+  void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
+                   const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
+                   float* y) override;
+
+ private:
+  void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    if (pool_) pool_->parallel_for(n, grain, fn);
+    else fn(0, n);
+  }
+  void matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y, int64_t xs, int64_t ys);
+  ThreadPool* pool_;
+  CpuOptions opt_;
+  std::vector<uint8_t> act_buf_;
+  // moe_experts scratch (gathered rows per expert and per-slot outputs)
+  std::vector<float> moe_slot_out_, moe_xg_, moe_g_, moe_u_, moe_h_, moe_yd_, moe_w_;
+};
+
+}  // namespace ds4::compute::cpu

@@ -1,0 +1,668 @@
+// The CUDA backend: compute::Backend on one CUDA stream. Backend memory comes from the
+// stream-ordered allocator (cudaMallocAsync on the device's default pool, release threshold
+// raised so freed blocks stay in the pool: no implicit synchronization). Weights are copied
+// once by register_weights() and found again by host address in a sorted table; every op
+// translates its weight pointers through it. Kernels live in cuda_ops_*.cu (cuda_ops.h) and
+// in the GEMV/MoE files (gemv.h). Host C++20 (backend.h needs std::span), no device code.
+#include <chrono>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "compute/cuda/cuda_backend.h"
+#include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/gemv.h"
+#include "core/error.h"
+
+namespace ds4::compute {
+
+namespace {
+
+using cuda::check;
+
+constexpr double kGiB = 1073741824.0;
+
+const char* err_text(int code) {
+  switch (code) {
+    case cuda::kErrEmbedToken: return "embed: token id outside the embedding table";
+    case cuda::kErrAttnIndex: return "attention: compressed-row index outside the stored rows";
+    case cuda::kErrRouteToken: return "moe_route: token id outside the hash-routing table";
+    case cuda::kErrRouteExpert: return "moe_route: hash-routing table names an expert outside [0, n_expert)";
+  }
+  return "unknown device error";
+}
+
+// memcpy of a staging chunk on several threads: reading a mapped model file (page faults,
+// tmpfs or page cache) is slower than the host-to-device copy on one thread.
+void parallel_copy(uint8_t* dst, const uint8_t* src, size_t n) {
+  const size_t nt = std::min<size_t>(8, std::max(1u, std::thread::hardware_concurrency()));
+  if (n < (size_t{8} << 20) || nt == 1) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  const size_t per = (n / nt + 4095) / 4096 * 4096;
+  std::vector<std::thread> th;
+  size_t done = per;  // bytes from `done` on are copied here if a thread cannot start
+  try {
+    for (; done < n; done += per)
+      th.emplace_back([=] { std::memcpy(dst + done, src + done, std::min(per, n - done)); });
+  } catch (...) {
+  }
+  std::memcpy(dst, src, std::min(per, n));
+  if (done < n) std::memcpy(dst + done, src + done, n - done);
+  for (auto& t : th) t.join();
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(CudaOptions opt);
+  ~CudaBackend() override;
+  const char* name() const override { return "cuda"; }
+  cudaStream_t stream() const { return stream_; }
+
+  void* alloc(size_t bytes) override;
+  void release(void* p) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill(float* x, int64_t n, float value) override;
+  void synchronize() override;
+  void register_weights(const void* data, size_t bytes, const std::string& what) override;
+
+  void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride) override;
+  void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) override;
+  void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                 int64_t pos0, int64_t pos_step, bool inverse) override;
+  void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) override;
+  void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+              float* h) override;
+  void add(float* y, const float* x, int64_t n) override;
+  void embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) override;
+  void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+              float* comb) override;
+  void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
+               int64_t n, float* Xout) override;
+  void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
+                 float* out) override;
+  void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
+                      const float* keys, int64_t n_keys, float* scores) override;
+  void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) override;
+  void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp, int64_t width,
+                        float* kv_slot, float* score_slot) override;
+  void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
+                       float* out) override;
+  void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
+                 float* weights) override;
+  void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
+                   const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
+                   float* y) override;
+
+ private:
+  struct Region {
+    size_t bytes;
+    uint8_t* dev;
+    std::string what;
+  };
+  // Device copy of host weight bytes [p, p+bytes); throws naming `op` and `arg` when the
+  // range is not inside one registered region. Null stays null.
+  const uint8_t* weight(const void* p, size_t bytes, const char* op, const char* arg) const;
+  const float* weight_f(const float* p, int64_t n, const char* op, const char* arg) const {
+    return reinterpret_cast<const float*>(weight(p, static_cast<size_t>(n) * sizeof(float), op, arg));
+  }
+  // Bytes of registered weights from p to the end of its region (0 when unregistered).
+  size_t weight_tail(const void* p) const;
+  cuda::DevMatrix dev_matrix(const Matrix& m, const char* op, const char* arg) const;
+  cuda::DevExperts dev_experts(const ExpertSet& e, const char* op, const char* arg) const;
+  const double* dev_freqs(std::span<const double> f);
+  void sync_and_check(const char* what);
+
+  // ---- DS4_CUDA_PROFILE: CUDA events around every op, summed per op name ----
+  // Scope of one op: records a start event now and an end event when it goes out of scope.
+  class Prof {
+   public:
+    Prof(CudaBackend* be, std::string name) : be_(be->prof_ ? be : nullptr) {
+      if (be_) be_->prof_begin(std::move(name));
+    }
+    ~Prof() {
+      if (be_) be_->prof_end();
+    }
+    Prof(const Prof&) = delete;
+    Prof& operator=(const Prof&) = delete;
+
+   private:
+    CudaBackend* be_;
+  };
+  void prof_begin(std::string name);
+  void prof_end() noexcept;
+  void prof_resolve() noexcept;  // the stream is idle: fold finished event pairs into the table
+ public:
+  std::string profile_report(bool reset);
+
+ private:
+  struct ProfPending {
+    std::string name;
+    cudaEvent_t a, b;
+  };
+  struct ProfEntry {
+    double ms = 0;
+    long long calls = 0;
+  };
+  bool prof_ = false;
+  std::vector<cudaEvent_t> prof_free_;
+  std::vector<ProfPending> prof_pending_;
+  std::map<std::string, ProfEntry> prof_table_;
+
+  CudaOptions opt_;
+  cudaStream_t stream_ = nullptr;
+  int* d_err_ = nullptr;   // device error word (cuda_ops.h)
+  int* h_err_ = nullptr;   // pinned host copy
+  std::map<uintptr_t, Region> weights_;  // by host start address
+  std::map<std::pair<const double*, size_t>, double*> freqs_;
+  // Weight upload: pinned staging buffers, each reusable once its event has fired.
+  static constexpr int kStaging = 4;
+  static constexpr size_t kStagingBytes = 64u << 20;
+  uint8_t* staging_[kStaging] = {};
+  cudaEvent_t staged_[kStaging] = {};
+  size_t uploaded_ = 0;    // weight bytes copied so far
+  double upload_s_ = 0;    // seconds spent copying them
+  std::chrono::steady_clock::time_point last_print_{};
+};
+
+CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA backend: no usable device: {}", cudaGetErrorString(e));
+  }
+  if (n == 0) fail("CUDA backend: no CUDA device is visible");
+  if (opt.device < 0 || opt.device >= n) fail("CUDA backend: device {} requested, {} visible", opt.device, n);
+  check(cudaSetDevice(opt.device), "cudaSetDevice");
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudaMemPool_t pool;
+  check(cudaDeviceGetDefaultMemPool(&pool, opt.device), "cudaDeviceGetDefaultMemPool");
+  uint64_t threshold = UINT64_MAX;
+  check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
+  check(cudaMalloc(reinterpret_cast<void**>(&d_err_), 2 * sizeof(int)), "cudaMalloc(error word)");
+  check(cudaMemset(d_err_, 0, 2 * sizeof(int)), "cudaMemset(error word)");
+  check(cudaMallocHost(reinterpret_cast<void**>(&h_err_), 2 * sizeof(int)), "cudaMallocHost(error word)");
+  h_err_[0] = h_err_[1] = 0;
+  const char* pe = std::getenv("DS4_CUDA_PROFILE");
+  prof_ = pe && *pe && std::strcmp(pe, "0") != 0;
+}
+
+CudaBackend::~CudaBackend() {
+  // No throwing here: errors at teardown are ignored (the process is releasing everything).
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (prof_) {
+    try {
+      std::string r = profile_report(false);
+      if (!r.empty()) std::fprintf(stderr, "%s", r.c_str());
+    } catch (...) {
+    }
+    for (auto& p : prof_pending_) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
+    for (cudaEvent_t e : prof_free_) cudaEventDestroy(e);
+  }
+  for (auto& [k, r] : weights_) cudaFree(r.dev);
+  for (auto& [k, p] : freqs_) cudaFree(p);
+  for (int i = 0; i < kStaging; ++i) {
+    if (staged_[i]) cudaEventDestroy(staged_[i]);
+    if (staging_[i]) cudaFreeHost(staging_[i]);
+  }
+  if (d_err_) cudaFree(d_err_);
+  if (h_err_) cudaFreeHost(h_err_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::sync_and_check(const char* what) {
+  check(cudaMemcpyAsync(h_err_, d_err_, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream_), "error word copy");
+  cudaError_t e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess)
+    fail("CUDA {}: the stream failed (a kernel or copy issued since the last synchronize): {}", what,
+         cudaGetErrorString(e));
+  if (prof_) prof_resolve();
+  if (h_err_[0] != 0) {
+    const int code = h_err_[0], value = h_err_[1];
+    check(cudaMemsetAsync(d_err_, 0, 2 * sizeof(int), stream_), "error word reset");
+    check(cudaStreamSynchronize(stream_), "error word reset");
+    h_err_[0] = h_err_[1] = 0;
+    fail("CUDA backend: {} (value {}); detected at {}", err_text(code), value, what);
+  }
+}
+
+// ---- profiling ------------------------------------------------------------------------------
+
+void CudaBackend::prof_begin(std::string name) {
+  auto take = [&] {
+    cudaEvent_t e;
+    if (!prof_free_.empty()) {
+      e = prof_free_.back();
+      prof_free_.pop_back();
+    } else {
+      check(cudaEventCreate(&e), "cudaEventCreate(profile)");
+    }
+    return e;
+  };
+  ProfPending p{std::move(name), take(), take()};
+  check(cudaEventRecord(p.a, stream_), "cudaEventRecord(profile)");
+  prof_pending_.push_back(std::move(p));
+}
+
+void CudaBackend::prof_end() noexcept {
+  if (!prof_pending_.empty()) cudaEventRecord(prof_pending_.back().b, stream_);
+}
+
+void CudaBackend::prof_resolve() noexcept {
+  for (auto& p : prof_pending_) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, p.a, p.b) == cudaSuccess) {
+      ProfEntry& e = prof_table_[p.name];
+      e.ms += ms;
+      e.calls += 1;
+    } else {
+      cudaGetLastError();
+    }
+    prof_free_.push_back(p.a);
+    prof_free_.push_back(p.b);
+  }
+  prof_pending_.clear();
+}
+
+std::string CudaBackend::profile_report(bool reset) {
+  if (!prof_) return {};
+  check(cudaStreamSynchronize(stream_), "profile");
+  prof_resolve();
+  std::vector<std::pair<std::string, ProfEntry>> rows(prof_table_.begin(), prof_table_.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  double total = 0;
+  for (auto& [n, e] : rows) total += e.ms;
+  std::string out = fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all):\n", total);
+  out += fmt::format("  {:<40} {:>9} {:>11} {:>10} {:>6}\n", "op", "calls", "total ms", "us/call", "%");
+  for (auto& [n, e] : rows)
+    out += fmt::format("  {:<40} {:>9} {:>11.3f} {:>10.2f} {:>6.1f}\n", n, e.calls, e.ms, 1e3 * e.ms / e.calls,
+                       total > 0 ? 100 * e.ms / total : 0.0);
+  if (reset) prof_table_.clear();
+  return out;
+}
+
+// ---- memory -----------------------------------------------------------------------------------
+
+void* CudaBackend::alloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  cudaError_t e = cudaMallocAsync(&p, bytes, stream_);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("CUDA alloc: {} bytes ({:.3f} GiB) failed: {} ({:.3f} GiB free of {:.3f} GiB)", bytes, bytes / kGiB,
+         cudaGetErrorString(e), free_b / kGiB, total_b / kGiB);
+  }
+  return p;
+}
+
+void CudaBackend::release(void* p) {
+  // Called from Buffer destructors, so it must not throw: a failing free can only follow an
+  // earlier (sticky) stream error, which the next download/synchronize reports.
+  if (p && cudaFreeAsync(p, stream_) != cudaSuccess) cudaGetLastError();
+}
+
+void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  if (bytes) check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
+}
+
+void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
+  if (bytes) check(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
+  sync_and_check("download");
+}
+
+void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  Prof prof(this, "copy");
+  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+}
+
+void CudaBackend::fill(float* x, int64_t n, float value) { cuda::fill(x, n, value, stream_); }
+
+void CudaBackend::synchronize() { sync_and_check("synchronize"); }
+
+// ---- weights ----------------------------------------------------------------------------------
+
+void CudaBackend::register_weights(const void* data, size_t bytes, const std::string& what) {
+  if (bytes == 0) return;
+  if (!data) fail("CUDA register_weights: {}: null pointer for {} bytes", what, bytes);
+  const uintptr_t a = reinterpret_cast<uintptr_t>(data), b = a + bytes;
+  auto it = weights_.upper_bound(a);
+  if (it != weights_.begin()) {
+    auto prev = std::prev(it);
+    if (a >= prev->first && b <= prev->first + prev->second.bytes) return;  // already held
+    if (a < prev->first + prev->second.bytes)
+      fail("CUDA register_weights: {} overlaps the registered range {} without lying inside it", what,
+           prev->second.what);
+  }
+  if (it != weights_.end() && it->first < b)
+    fail("CUDA register_weights: {} overlaps the registered range {} without lying inside it", what, it->second.what);
+
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  // Keep 1 GiB for activations, state and the kernels' scratch.
+  const size_t reserve = size_t{1} << 30;
+  if (bytes + reserve > free_b)
+    fail("CUDA register_weights: {} needs {:.2f} GiB but the device has {:.2f} GiB free of {:.2f} GiB "
+         "(1 GiB is kept for activations): the model does not fit on this GPU",
+         what, bytes / kGiB, free_b / kGiB, total_b / kGiB);
+  uint8_t* dev = nullptr;
+  cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&dev), bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    fail("CUDA register_weights: {}: cudaMalloc of {} bytes failed: {}", what, bytes, cudaGetErrorString(e));
+  }
+  try {
+    if (!staging_[0])
+      for (int i = 0; i < kStaging; ++i) {
+        check(cudaMallocHost(reinterpret_cast<void**>(&staging_[i]), kStagingBytes), "cudaMallocHost(staging)");
+        check(cudaEventCreateWithFlags(&staged_[i], cudaEventDisableTiming), "cudaEventCreate(staging)");
+      }
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto* src = static_cast<const uint8_t*>(data);
+    int slot = 0;
+    for (size_t off = 0; off < bytes; off += kStagingBytes, slot = (slot + 1) % kStaging) {
+      const size_t n = std::min(kStagingBytes, bytes - off);
+      check(cudaEventSynchronize(staged_[slot]), "staging buffer wait");  // its previous copy is done
+      parallel_copy(staging_[slot], src + off, n);
+      check(cudaMemcpyAsync(dev + off, staging_[slot], n, cudaMemcpyHostToDevice, stream_), "weight upload");
+      check(cudaEventRecord(staged_[slot], stream_), "cudaEventRecord(staging)");
+      const auto now = std::chrono::steady_clock::now();
+      if (opt_.verbose && std::chrono::duration<double>(now - last_print_).count() > 1.0) {
+        last_print_ = now;
+        const double s = upload_s_ + std::chrono::duration<double>(now - t0).count();
+        std::fprintf(stderr, "cuda: weights: %.2f GB on the device, %.2f GB/s (%s: %.2f of %.2f GB)\n",
+                     (uploaded_ + off + n) / 1e9, (uploaded_ + off + n) / 1e9 / s, what.c_str(), (off + n) / 1e9,
+                     bytes / 1e9);
+      }
+    }
+    check(cudaStreamSynchronize(stream_), "weight upload");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    uploaded_ += bytes;
+    upload_s_ += s;
+    if (opt_.verbose && bytes >= (size_t{1} << 30))
+      std::fprintf(stderr, "cuda: uploaded %s: %.2f GB in %.2f s (%.2f GB/s); %.2f GB of weights on the device\n",
+                   what.c_str(), bytes / 1e9, s, bytes / 1e9 / s, uploaded_ / 1e9);
+  } catch (...) {
+    cudaStreamSynchronize(stream_);
+    cudaFree(dev);
+    throw;
+  }
+  weights_.emplace(a, Region{bytes, dev, what});
+}
+
+const uint8_t* CudaBackend::weight(const void* p, size_t bytes, const char* op, const char* arg) const {
+  if (!p) return nullptr;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = weights_.upper_bound(a);
+  if (it != weights_.begin()) {
+    --it;
+    if (a >= it->first && a + bytes <= it->first + it->second.bytes) return it->second.dev + (a - it->first);
+  }
+  fail("CUDA {}: weight {} ({} bytes at host address {}) is not inside a registered weight range "
+       "(register_weights first)",
+       op, arg, bytes, p);
+}
+
+size_t CudaBackend::weight_tail(const void* p) const {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  auto it = weights_.upper_bound(a);
+  if (it == weights_.begin()) return 0;
+  --it;
+  const uintptr_t end = it->first + it->second.bytes;
+  return a >= it->first && a < end ? end - a : 0;
+}
+
+cuda::DevMatrix CudaBackend::dev_matrix(const Matrix& m, const char* op, const char* arg) const {
+  if (m.n_out <= 0 || m.n_in <= 0) fail("CUDA {}: {} has shape {} x {}", op, arg, m.n_out, m.n_in);
+  const size_t rb = row_bytes(traits(m.type), static_cast<uint64_t>(m.n_in));
+  if (m.n_in % traits(m.type).block_elems != 0)
+    fail("CUDA {}: {}: row of {} is not whole {} blocks", op, arg, m.n_in, traits(m.type).name);
+  if (m.row_stride < rb) fail("CUDA {}: {}: row stride {} < row bytes {}", op, arg, m.row_stride, rb);
+  const size_t span = static_cast<size_t>(m.n_out - 1) * m.row_stride + rb;
+  return {m.type, weight(m.data, span, op, arg), m.n_in, m.n_out, m.row_stride};
+}
+
+cuda::DevExperts CudaBackend::dev_experts(const ExpertSet& e, const char* op, const char* arg) const {
+  if (e.n_expert <= 0) fail("CUDA {}: {} has {} experts", op, arg, e.n_expert);
+  cuda::DevMatrix first = dev_matrix(e.first, op, arg);
+  // All experts must lie in one registered range (the device copy keeps their spacing).
+  const size_t span = static_cast<size_t>(e.n_expert - 1) * e.expert_stride +
+                      static_cast<size_t>(e.first.n_out - 1) * e.first.row_stride +
+                      row_bytes(traits(e.first.type), static_cast<uint64_t>(e.first.n_in));
+  first.data = weight(e.first.data, span, op, arg);
+  return {first, e.n_expert, e.expert_stride};
+}
+
+const double* CudaBackend::dev_freqs(std::span<const double> f) {
+  auto key = std::make_pair(f.data(), f.size());
+  auto it = freqs_.find(key);
+  if (it != freqs_.end()) return it->second;
+  double* d = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&d), f.size_bytes()), "cudaMalloc(rope frequencies)");
+  check(cudaMemcpy(d, f.data(), f.size_bytes(), cudaMemcpyHostToDevice), "rope frequencies upload");
+  freqs_.emplace(key, d);
+  return d;
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+
+void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
+                         int64_t y_stride) {
+  Prof prof(this, prof_ ? fmt::format("matmul {} {}x{}", traits(w.type).name, w.n_out, w.n_in) : std::string());
+  if (rows <= 0) return;
+  if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
+  cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
+  cuda::matmul(dm, x, rows, y, x_stride ? x_stride : w.n_in, y_stride ? y_stride : w.n_out, opt_.float_activations,
+               stream_);
+}
+
+void CudaBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
+  Prof prof(this, "rms_norm");
+  cuda::rms_norm(x, weight_f(w, n, "rms_norm", "w"), n, rows, eps, y, stream_);
+}
+
+void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                            int64_t pos0, int64_t pos_step, bool inverse) {
+  Prof prof(this, "rope_tail");
+  if (freqs.empty() || rows <= 0) return;
+  if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
+    fail("CUDA rope_tail: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
+  cuda::rope_tail(x, rows, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), pos0, pos_step,
+                  inverse, stream_);
+}
+
+void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+  Prof prof(this, kind == ActRound::Fp8 ? "act_round fp8" : "act_round hadamard+fp4");
+  if (n_round > row_len) fail("CUDA act_round: n_round {} > row_len {}", n_round, row_len);
+  if (kind == ActRound::HadamardFp4 && (n_round <= 0 || (n_round & (n_round - 1)) != 0))
+    fail("CUDA act_round: Hadamard size {} is not a power of two", n_round);
+  cuda::act_round(x, rows, row_len, n_round, kind == ActRound::Fp8 ? 0 : 1, stream_);
+}
+
+void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+                         float* h) {
+  Prof prof(this, "swiglu");
+  cuda::swiglu(g, u, rows, n, limit, weights, h, stream_);
+}
+
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  Prof prof(this, "add");
+  cuda::add(y, x, n, stream_);
+}
+
+void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) {
+  Prof prof(this, "embed");
+  if (rows <= 0) return;
+  switch (table.type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K: break;
+    default: fail("CUDA embed: table type {} is not supported", traits(table.type).name);
+  }
+  if (copies < 1) fail("CUDA embed: {} copies", copies);
+  cuda::DevMatrix t = dev_matrix(table, "embed", "table");
+  cuda::embed(table.type, t.data, t.n_in, t.n_out, t.row_stride, tokens, rows, copies, X, d_err_, stream_);
+}
+
+void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+                         float* comb) {
+  Prof prof(this, post ? "hc_pre" : "hc_pre head");
+  const bool head = post == nullptr;
+  if (head != (comb == nullptr)) fail("CUDA hc_pre: post and comb must both be given or both be null");
+  const int n_mix = head ? p.n_hc : (2 + p.n_hc) * p.n_hc;
+  const float* scale = weight_f(p.scale, head ? 1 : 3, "hc_pre", "scale");
+  const float* base = weight_f(p.base, n_mix, "hc_pre", "base");
+  if (!scale || !base) fail("CUDA hc_pre: scale and base are required");
+  cuda::hc_pre(X, mix, rows, p.n_hc, p.n, scale, base, p.sinkhorn_iters, p.hc_eps, p.rms_eps, x_in, post, comb,
+               stream_);
+}
+
+void CudaBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
+                          int n_hc, int64_t n, float* Xout) {
+  Prof prof(this, "hc_post");
+  if (Xout == X) fail("CUDA hc_post: Xout must not alias X");
+  cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_);
+}
+
+void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
+                            float scale, float* out) {
+  Prof prof(this, kv.idx ? "attention (indexed)" : "attention");
+  if (kv.window <= 0 || kv.pos < 0) fail("CUDA attention: window {} / position {}", kv.window, kv.pos);
+  if (kv.idx && kv.n_idx > 0 && kv.n_comp <= 0) fail("CUDA attention: {} indices into no compressed rows", kv.n_idx);
+  cuda::AttnRows r;
+  r.ring = kv.ring;
+  r.window = kv.window;
+  r.first_pos = std::max<int64_t>(0, kv.pos - kv.window + 1);
+  r.n_win = kv.pos - r.first_pos + 1;
+  r.comp = kv.comp;
+  r.n_comp = kv.n_comp;
+  r.idx = kv.idx;
+  r.n_sel = kv.idx ? kv.n_idx : kv.n_comp;
+  if (r.n_sel > 0 && !kv.comp) fail("CUDA attention: compressed rows requested without a comp buffer");
+  const float* s = weight_f(sinks, n_heads, "attention", "sinks");
+  if (!s) fail("CUDA attention: sinks are required");
+  cuda::attention(q, n_heads, head_dim, r, s, scale, out, d_err_, stream_);
+}
+
+void CudaBackend::indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
+                                 const float* keys, int64_t n_keys, float* scores) {
+  Prof prof(this, "indexer_scores");
+  cuda::indexer_scores(q, w, scale, n_heads, head_dim, keys, n_keys, scores, stream_);
+}
+
+void CudaBackend::top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) {
+  Prof prof(this, "top_k");
+  if (k < 0 || k > n) fail("CUDA top_k: k = {} outside 0..{}", k, n);
+  cuda::top_k(scores, n, k, idx, stream_);
+}
+
+void CudaBackend::compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
+                                   int64_t width, float* kv_slot, float* score_slot) {
+  Prof prof(this, "compressor_store");
+  if (ape.type != GgmlType::F32 && ape.type != GgmlType::F16 && ape.type != GgmlType::BF16)
+    fail("CUDA compressor_store: ape type {} is not a float type", traits(ape.type).name);
+  if (ape_row < 0 || ape_row >= ape.n_out) fail("CUDA compressor_store: ape row {} outside 0..{}", ape_row, ape.n_out);
+  if (width > ape.n_in) fail("CUDA compressor_store: width {} > ape row of {}", width, ape.n_in);
+  const size_t esz = ape.type == GgmlType::F32 ? 4 : 2;
+  const uint8_t* row = weight(ape.row(ape_row), static_cast<size_t>(width) * esz, "compressor_store", "ape");
+  cuda::compressor_store(ape.type, row, kvp, scp, width, kv_slot, score_slot, stream_);
+}
+
+void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
+                                  float* out) {
+  Prof prof(this, "compressor_pool");
+  if (lanes != 1 && lanes != 2) fail("CUDA compressor_pool: {} lanes", lanes);
+  if (ratio <= 0) fail("CUDA compressor_pool: ratio {}", ratio);
+  cuda::compressor_pool(kv, score, ratio, lanes, dim, out, stream_);
+}
+
+void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
+                            int32_t* experts, float* weights) {
+  Prof prof(this, "moe_route");
+  if (rows <= 0) return;
+  const float* bias = weight_f(p.bias, p.n_expert, "moe_route", "bias");
+  const int32_t* tid = nullptr;
+  int64_t n_tid_rows = 0;
+  if (p.tid2eid) {
+    if (!tokens) fail("CUDA moe_route: hash routing needs the token ids");
+    const size_t row = static_cast<size_t>(p.k) * sizeof(int32_t);
+    n_tid_rows = static_cast<int64_t>(weight_tail(p.tid2eid) / row);
+    tid = reinterpret_cast<const int32_t*>(weight(p.tid2eid, row, "moe_route", "tid2eid"));
+  }
+  cuda::moe_route(logits, tokens, rows, p.n_expert, p.k, bias, tid, n_tid_rows, p.norm, p.scale, experts, weights,
+                  d_err_, stream_);
+}
+
+void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
+                              const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
+                              float* y) {
+  Prof prof(this, prof_ ? fmt::format("moe_experts {}/{} k{}", traits(gate.first.type).name, traits(down.first.type).name, k)
+                        : std::string());
+  if (rows <= 0) return;
+  for (const ExpertSet* e : {&gate, &up, &down})
+    if (!cuda::gemv_supports(e->first.type))
+      fail("CUDA moe_experts: weight type {} is not supported", traits(e->first.type).name);
+  cuda::moe_experts(dev_experts(gate, "moe_experts", "gate"), dev_experts(up, "moe_experts", "up"),
+                    dev_experts(down, "moe_experts", "down"), x, experts, weights, rows, k, limit, y,
+                    opt_.float_activations, stream_);
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(CudaOptions opt) { return std::make_unique<CudaBackend>(opt); }
+
+std::string cuda_profile_report(Backend& be, bool reset) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->profile_report(reset) : std::string();
+}
+
+std::string cuda_device_summary() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device: ") + cudaGetErrorString(e) + "\n";
+  }
+  if (n == 0) return "no CUDA device visible\n";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      out += "device " + std::to_string(i) + ": properties unavailable\n";
+      continue;
+    }
+    char line[512];
+    std::snprintf(line, sizeof line, "device %d: %s, %.1f GiB, compute capability %d.%d, %d SMs (driver %d, runtime %d)\n",
+                  i, p.name, p.totalGlobalMem / kGiB, p.major, p.minor, p.multiProcessorCount, driver, runtime);
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace ds4::compute
+
+namespace ds4::cuda {
+cudaStream_t backend_stream(compute::Backend& be) {
+  auto* c = dynamic_cast<compute::CudaBackend*>(&be);
+  return c ? c->stream() : nullptr;
+}
+}  // namespace ds4::cuda

@@ -1,0 +1,88 @@
+#pragma once
+// Internal to the CUDA backend: launchers for the element-wise and model-shaped kernels of
+// compute::Backend (the matmul/MoE kernels are in gemv.h). All pointers are device pointers
+// (weights already translated by the backend); work is queued on `stream`; a launch failure
+// throws ds4::Error naming the kernel. Arguments are validated by the backend before the call.
+//
+// Data-dependent failures (a token id or row index read on the device that is out of range)
+// cannot throw from a kernel: the kernel records them in the device error word `err`
+// (err[0] = an ErrCode, first writer wins; err[1] = the offending value) and skips the bad
+// element; the backend reads the word at the next download/synchronize and throws there.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace ds4::cuda {
+
+enum ErrCode : int {
+  kErrNone = 0,
+  kErrEmbedToken = 1,      // embed: token id outside the table
+  kErrAttnIndex = 2,       // attention: idx[] outside the compressed rows
+  kErrRouteToken = 3,      // moe_route: token id outside tid2eid
+  kErrRouteExpert = 4,     // moe_route: tid2eid entry outside [0, n_expert)
+};
+
+// Throws ds4::Error("CUDA <what>: <text>") when e is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+// After a launch: throws naming the kernel when the launch failed.
+void check_launch(const char* kernel);
+
+// ---- element-wise and small ops (cuda_ops_misc.cu) ------------------------------------------
+void fill(float* x, int64_t n, float value, cudaStream_t s);
+void add(float* y, const float* x, int64_t n, cudaStream_t s);
+void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s);
+// freqs: device, n_pairs doubles.
+void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs,
+               int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t s);
+// kind 0: FP8 E4M3 (blocks of 64), 1: Hadamard + FP4 E2M1 (blocks of 32; n_round a power of two).
+void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s);
+void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
+            cudaStream_t s);
+// table: device rows of n_in elements (F32, F16, BF16, Q8_0, Q2_K, Q4_K).
+void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
+           const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s);
+// post/comb null: the output head (n_mix = n_hc, pre only).
+void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const float* scale, const float* base,
+            int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s);
+void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
+             float* Xout, cudaStream_t s);
+// ape_row: device row of a float type (F32, F16, BF16), at least width elements.
+void compressor_store(GgmlType ape_type, const uint8_t* ape_row, const float* kvp, const float* scp, int64_t width,
+                      float* kv_slot, float* score_slot, cudaStream_t s);
+void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,
+                     cudaStream_t s);
+
+// ---- attention, indexer, selection (cuda_ops_attention.cu) ----------------------------------
+struct AttnRows {
+  const float* ring = nullptr;
+  int64_t window = 0;
+  int64_t first_pos = 0;  // oldest window position
+  int64_t n_win = 0;      // window rows visited
+  const float* comp = nullptr;
+  int64_t n_comp = 0;
+  const int32_t* idx = nullptr;  // null: rows 0 .. n_sel-1 of comp
+  int64_t n_sel = 0;             // compressed rows visited
+};
+void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
+               float* out, int* err, cudaStream_t s);
+void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
+                    int64_t n_keys, float* scores, cudaStream_t s);
+void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx, cudaStream_t s);
+// tid2eid (device, n_tid_rows rows of k ids) or null; bias (device, n_expert) or null.
+void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
+               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale,
+               int32_t* experts, float* weights, int* err, cudaStream_t s);
+
+}  // namespace ds4::cuda
+
+namespace ds4::compute {
+class Backend;
+}
+namespace ds4::cuda {
+// The stream a CUDA backend queues its work on (for the check programs' CUDA-event timing);
+// null when `be` is not a CUDA backend.
+cudaStream_t backend_stream(compute::Backend& be);
+}  // namespace ds4::cuda

@@ -1,0 +1,519 @@
+// Element-wise and small model-shaped kernels of the CUDA backend: fill, add, RMSNorm, RoPE,
+// the FP8 / Hadamard+FP4 roundings, SwiGLU, embedding lookup, hyper-connection pre/post and
+// the compressor's store/pool. Each kernel performs the CPU backend's float operations in the
+// CPU's order (see cuda_util.cuh on --fmad=false), so results are bit-exact except where a
+// comment says otherwise.
+#include <cmath>
+
+#include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/cuda_util.cuh"
+#include "core/error.h"
+
+namespace ds4::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(e));
+}
+
+void check_launch(const char* kernel) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess)
+    fail("CUDA kernel {} failed to launch: {}{}", kernel, cudaGetErrorString(e),
+         e == cudaErrorInvalidConfiguration || e == cudaErrorInvalidValue || e == cudaErrorLaunchOutOfResources
+             ? ""
+             : " (an earlier kernel on the stream may have failed)");
+}
+
+namespace {
+
+unsigned grid_for(int64_t n, int threads) {
+  int64_t g = (n + threads - 1) / threads;
+  if (g > 0x7fffffff) fail("CUDA: {} elements exceed one grid", n);
+  return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+
+// ---- fill / add -----------------------------------------------------------------------------
+
+__global__ void k_fill(float* x, int64_t n, float v) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) x[i] = v;
+}
+
+__global__ void k_add(float* y, const float* x, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = y[i] + x[i];
+}
+
+// ---- RMSNorm: one block per row; sum of squares in double (exact products) -----------------
+
+__global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  __shared__ double sh[32];
+  const float* xr = x + blockIdx.x * n;
+  float* yr = y + blockIdx.x * n;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  ss = block_sum(ss, sh);
+  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
+  // Each thread rewrites only the elements it reads, so y may alias x.
+  if (w) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv;
+  }
+}
+
+// ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
+
+__global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int n_pairs,
+                            int64_t pos0, int64_t pos_step, bool inverse) {
+  extern __shared__ float cs[];  // [n_pairs] cos, then [n_pairs] sin
+  const int64_t r = blockIdx.x;
+  const double pos = static_cast<double>(pos0 + r * pos_step);
+  for (int k = threadIdx.x; k < n_pairs; k += blockDim.x) {
+    const double th = pos * freqs[k];
+    cs[k] = static_cast<float>(cos(th));
+    const double sn = sin(th);
+    cs[n_pairs + k] = static_cast<float>(inverse ? -sn : sn);
+  }
+  __syncthreads();
+  const int64_t first = head_dim - 2 * n_pairs;
+  float* xr = x + r * n_heads * head_dim;
+  for (int64_t t = threadIdx.x; t < n_heads * n_pairs; t += blockDim.x) {
+    const int64_t h = t / n_pairs;
+    const int k = static_cast<int>(t % n_pairs);
+    float* p = xr + h * head_dim + first + 2 * k;
+    const float x0 = p[0], x1 = p[1], c = cs[k], s = cs[n_pairs + k];
+    p[0] = x0 * c - x1 * s;
+    p[1] = x0 * s + x1 * c;
+  }
+}
+
+// ---- FP8 E4M3 / FP4 E2M1 round trips and the Hadamard transform (compute/numerics.cpp) -----
+
+__device__ inline float round_to_step_even(float ax, float step) {
+  float q = ax / step;  // exact: step is a power of two
+  float f = floorf(q);
+  float frac = q - f;
+  if (frac > 0.5f || (frac == 0.5f && fmodf(f, 2.0f) != 0.0f)) f += 1.0f;
+  return f * step;
+}
+
+__device__ inline float pow2_ceil(float v) {
+  int e;
+  float m = frexpf(v, &e);
+  if (m == 0.5f) return ldexpf(1.0f, e - 1);
+  return ldexpf(1.0f, e);
+}
+
+__device__ inline float e4m3_round(float x) {
+  if (isnan(x)) return x;
+  float ax = fabsf(x);
+  if (ax >= 448.0f) return copysignf(448.0f, x);
+  float step;
+  if (ax < ldexpf(1.0f, -6)) {
+    step = ldexpf(1.0f, -9);
+  } else {
+    int e;
+    frexpf(ax, &e);
+    step = ldexpf(1.0f, e - 1 - 3);
+  }
+  float r = round_to_step_even(ax, step);
+  if (r > 448.0f) r = 448.0f;
+  return copysignf(r, x);
+}
+
+__device__ inline float e2m1_round(float x) {
+  if (isnan(x)) return x;
+  float ax = fabsf(x);
+  if (ax >= 6.0f) return copysignf(6.0f, x);
+  float step = ax < 2.0f ? 0.5f : (ax < 4.0f ? 1.0f : 2.0f);
+  return copysignf(round_to_step_even(ax, step), x);
+}
+
+// One block per row; the row's first n_round values in shared memory. Warps take blocks of
+// 64 (FP8, two values per lane) or 32 (FP4, one per lane). The CPU's max ignores NaN
+// (std::max(amax, NaN) == amax), as fmaxf does.
+__global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, float hscale) {
+  extern __shared__ float v[];
+  float* xr = x + blockIdx.x * row_len;
+  for (int i = threadIdx.x; i < n_round; i += blockDim.x) v[i] = xr[i];
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  if (kind == 0) {
+    for (int b0 = warp * 64; b0 < n_round; b0 += nw * 64) {
+      const int i0 = b0 + lane, i1 = b0 + 32 + lane;
+      const bool ok0 = i0 < n_round, ok1 = i1 < n_round;
+      float a = 0;
+      if (ok0) a = fmaxf(a, fabsf(v[i0]));
+      if (ok1) a = fmaxf(a, fabsf(v[i1]));
+      a = warp_max(a);
+      a = std_max(a, 1e-4f);
+      const float s = pow2_ceil(a / 448.0f);
+      if (ok0) v[i0] = e4m3_round(std_clamp(v[i0] / s, -448.0f, 448.0f)) * s;
+      if (ok1) v[i1] = e4m3_round(std_clamp(v[i1] / s, -448.0f, 448.0f)) * s;
+    }
+  } else {
+    // Butterflies with strides 1, 2, 4, ...: pair p of stage h is (i, i+h), i = (p/h)*2h + p%h.
+    for (int h = 1; h < n_round; h *= 2) {
+      for (int p = threadIdx.x; p < n_round / 2; p += blockDim.x) {
+        const int i = (p / h) * 2 * h + (p % h);
+        const float a = v[i], b = v[i + h];
+        v[i] = a + b;
+        v[i + h] = a - b;
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < n_round; i += blockDim.x) v[i] *= hscale;
+    __syncthreads();
+    const float floor_amax = 6.0f * ldexpf(1.0f, -126);
+    for (int b0 = warp * 32; b0 < n_round; b0 += nw * 32) {
+      const int i = b0 + lane;
+      const bool ok = i < n_round;
+      float a = ok ? fabsf(v[i]) : 0.0f;
+      a = warp_max(a);
+      a = std_max(a, floor_amax);
+      const float s = pow2_ceil(a / 6.0f);
+      if (ok) v[i] = e2m1_round(std_clamp(v[i] / s, -6.0f, 6.0f)) * s;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n_round; i += blockDim.x) xr[i] = v[i];
+}
+
+// ---- SwiGLU ---------------------------------------------------------------------------------
+
+__global__ void k_swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
+                         float* h) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= rows * n) return;
+  float gv = g[i], uv = u[i];
+  if (limit > 0) {
+    gv = std_min(gv, limit);
+    uv = std_clamp(uv, -limit, limit);
+  }
+  const float silu = gv / (1.0f + expf_ref(-gv));
+  const float wt = weights ? weights[i / n] : 1.0f;
+  h[i] = silu * uv * wt;
+}
+
+// ---- embedding lookup: one block per token --------------------------------------------------
+
+__device__ inline float decode_elem(int type, const uint8_t* row, int64_t i) {
+  switch (type) {
+    case 0:
+    case 1:
+    case 30: return float_row_elem(type, row, i);
+    case 8: {  // Q8_0: {f16 d; i8 q[32]}
+      const uint8_t* blk = row + (i / 32) * 34;
+      return static_cast<float>(reinterpret_cast<const int8_t*>(blk + 2)[i % 32]) * h2f(ld16(blk));
+    }
+    case 10: {  // Q2_K: {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}
+      const uint8_t* blk = row + (i / 256) * 84;
+      const int j = static_cast<int>(i % 256);
+      const int hh = j / 128, w = j % 128, s = w / 32, t = w % 32;
+      const int q = (blk[16 + 32 * hh + t] >> (2 * s)) & 3;
+      const uint8_t sc = blk[8 * hh + 2 * s + (t >= 16)];
+      const float dl = h2f(ld16(blk + 80)) * (sc & 15), ml = h2f(ld16(blk + 82)) * (sc >> 4);
+      return dl * static_cast<float>(q) - ml;
+    }
+    case 12: {  // Q4_K: {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}
+      const uint8_t* blk = row + (i / 256) * 144;
+      const int e = static_cast<int>(i % 256), j = e / 32, t = e % 32;
+      const uint8_t* sc = blk + 4;
+      int s, m;
+      if (j < 4) {
+        s = sc[j] & 63;
+        m = sc[j + 4] & 63;
+      } else {
+        s = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+        m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      }
+      const float dl = h2f(ld16(blk)) * static_cast<float>(s), ml = h2f(ld16(blk + 2)) * static_cast<float>(m);
+      const uint8_t byte = blk[16 + 32 * (j / 2) + t];
+      const int q = (j % 2) ? (byte >> 4) : (byte & 15);
+      return dl * static_cast<float>(q) - ml;
+    }
+  }
+  return __int_as_float(0x7fc00000);  // unreachable: the host validates the type
+}
+
+__global__ void k_embed(int type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
+                        const int32_t* tokens, int copies, float* X, int* err) {
+  const int64_t t = blockIdx.x;
+  const int32_t tok = tokens[t];
+  if (tok < 0 || tok >= n_rows) {
+    if (threadIdx.x == 0 && atomicCAS(err, 0, kErrEmbedToken) == 0) err[1] = tok;
+    return;
+  }
+  const uint8_t* row = table + static_cast<size_t>(tok) * row_stride;
+  float* x0 = X + t * copies * n_in;
+  for (int64_t i = threadIdx.x; i < n_in; i += blockDim.x) {
+    const float v = decode_elem(type, row, i);
+    for (int c = 0; c < copies; ++c) x0[c * n_in + i] = v;
+  }
+}
+
+// ---- hyper-connections ----------------------------------------------------------------------
+
+// compute::hc_split_mix, operation for operation (expf as glibc rounds it: cuda_util.cuh).
+__device__ void hc_split_mix_dev(const float* mix, const float* scale, const float* base, int n_hc, int iters,
+                                 float eps, float* pre, float* post, float* comb) {
+  auto sigmoid = [](float v) { return 1.0f / (1.0f + expf_ref(-v)); };
+  for (int i = 0; i < n_hc; ++i) {
+    pre[i] = sigmoid(mix[i] * scale[0] + base[i]) + eps;
+    post[i] = 2.0f * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i]);
+  }
+  const int off = 2 * n_hc;
+  for (int i = 0; i < n_hc; ++i) {
+    float* row = comb + i * n_hc;
+    float mx = -INFINITY;
+    for (int j = 0; j < n_hc; ++j) {
+      row[j] = mix[off + i * n_hc + j] * scale[2] + base[off + i * n_hc + j];
+      mx = std_max(mx, row[j]);
+    }
+    float sum = 0;
+    for (int j = 0; j < n_hc; ++j) sum += row[j] = expf_ref(row[j] - mx);
+    for (int j = 0; j < n_hc; ++j) row[j] = row[j] / sum + eps;
+  }
+  auto col_norm = [&] {
+    for (int j = 0; j < n_hc; ++j) {
+      float s = 0;
+      for (int i = 0; i < n_hc; ++i) s += comb[i * n_hc + j];
+      for (int i = 0; i < n_hc; ++i) comb[i * n_hc + j] /= s + eps;
+    }
+  };
+  auto row_norm = [&] {
+    for (int i = 0; i < n_hc; ++i) {
+      float s = 0;
+      for (int j = 0; j < n_hc; ++j) s += comb[i * n_hc + j];
+      for (int j = 0; j < n_hc; ++j) comb[i * n_hc + j] /= s + eps;
+    }
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    row_norm();
+    col_norm();
+  }
+}
+
+// The same split on one warp, lane L = i*n_hc + j holding comb[i][j] (n_hc*n_hc <= 32): each
+// row/column sum gathers its terms by shuffles and adds them in the CPU's index order, so
+// every lane performs exactly the serial version's operations for its entry.
+__device__ void hc_split_mix_warp(const float* mix, const float* scale, const float* base, int n_hc, int iters,
+                                  float eps, float* pre, float* post, float* comb) {
+  const int L = threadIdx.x & 31;
+  const bool ok = L < n_hc * n_hc;
+  const int i = ok ? L / n_hc : 0, j = ok ? L % n_hc : 0;
+  if (L < n_hc) {
+    pre[L] = 1.0f / (1.0f + expf_ref(-(mix[L] * scale[0] + base[L]))) + eps;
+    post[L] = 2.0f * (1.0f / (1.0f + expf_ref(-(mix[n_hc + L] * scale[1] + base[n_hc + L]))));
+  }
+  const int off = 2 * n_hc;
+  float v = ok ? mix[off + L] * scale[2] + base[off + L] : 0.0f;
+  float mx = -INFINITY;
+  for (int jj = 0; jj < n_hc; ++jj) mx = std_max(mx, __shfl_sync(kFull, v, i * n_hc + jj));
+  v = expf_ref(v - mx);
+  float sum = 0;
+  for (int jj = 0; jj < n_hc; ++jj) sum += __shfl_sync(kFull, v, i * n_hc + jj);
+  v = v / sum + eps;
+  auto col_norm = [&] {
+    float t = 0;
+    for (int ii = 0; ii < n_hc; ++ii) t += __shfl_sync(kFull, v, ii * n_hc + j);
+    v /= t + eps;
+  };
+  auto row_norm = [&] {
+    float t = 0;
+    for (int jj = 0; jj < n_hc; ++jj) t += __shfl_sync(kFull, v, i * n_hc + jj);
+    v /= t + eps;
+  };
+  col_norm();
+  for (int it = 1; it < iters; ++it) {
+    row_norm();
+    col_norm();
+  }
+  if (ok) comb[L] = v;
+}
+
+constexpr int kMaxHc = 16;
+
+// One block per row: RMS of all streams (double), scale the mixes in place, split them (one
+// thread: n_hc is small), then x_in = sum_s pre[s] X[s] in stream order.
+__global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const float* scale, const float* base,
+                         int iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb) {
+  __shared__ double sh[32];
+  __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
+  __shared__ float pre[kMaxHc], post_sh[kMaxHc], comb_sh[kMaxHc * kMaxHc];
+  const int64_t r = blockIdx.x;
+  const int64_t width = n_hc * n;
+  const bool head = post == nullptr;
+  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
+  const float* Xr = X + r * width;
+  float* m = mix + r * n_mix;
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += static_cast<double>(Xr[i]) * Xr[i];
+  ss = block_sum(ss, sh);
+  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(width) + static_cast<double>(rms_eps)));
+  for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
+    const float v = m[k] * inv;
+    m[k] = v;
+    m_sh[k] = v;
+  }
+  __syncthreads();
+  if (head) {
+    if (threadIdx.x < n_hc) {
+      const int i = threadIdx.x;
+      pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
+    }
+  } else if (n_hc * n_hc <= 32) {
+    if (threadIdx.x < 32) hc_split_mix_warp(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+  } else if (threadIdx.x == 0) {
+    hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+  }
+  __syncthreads();
+  if (!head) {
+    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[r * n_hc + k] = post_sh[k];
+    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[r * n_hc * n_hc + k] = comb_sh[k];
+  }
+  float* xo = x_in + r * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0;
+    for (int s = 0; s < n_hc; ++s) acc += pre[s] * Xr[s * n + i];
+    xo[i] = acc;
+  }
+}
+
+__global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
+                          int n_hc, int64_t n, float* Xout) {
+  int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  const int64_t per_row = n_hc * n;
+  if (t >= rows * per_row) return;
+  const int64_t r = t / per_row, rem = t % per_row;
+  const int j = static_cast<int>(rem / n);
+  const int64_t d = rem % n;
+  const float* Xr = X + r * per_row;
+  const float* cr = comb + r * n_hc * n_hc;
+  float acc = post[r * n_hc + j] * y[r * n + d];
+  for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
+  Xout[t] = acc;
+}
+
+// ---- compressor -----------------------------------------------------------------------------
+
+__global__ void k_compressor_store(int ape_type, const uint8_t* ape_row, const float* kvp, const float* scp,
+                                   int64_t width, float* kv_slot, float* score_slot) {
+  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= width) return;
+  kv_slot[j] = kvp[j];
+  score_slot[j] = float_row_elem(ape_type, ape_row, j) + scp[j];
+}
+
+// One thread per output column, slots in order (the CPU's order for the max, den and num).
+__global__ void k_compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
+                                  float* out) {
+  int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  const int64_t W = lanes * dim, slots = lanes * ratio;
+  float m = -INFINITY;
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
+    m = std_max(m, score[s * W + col + j]);
+  }
+  if (m == -INFINITY) {
+    out[j] = 0;
+    return;
+  }
+  float den = 0, num = 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
+    const float e = expf_ref(score[s * W + col + j] - m);
+    den += e;
+    num += e * kv[s * W + col + j];
+  }
+  out[j] = num / den;
+}
+
+}  // namespace
+
+void fill(float* x, int64_t n, float value, cudaStream_t s) {
+  if (n <= 0) return;
+  k_fill<<<grid_for(n, 256), 256, 0, s>>>(x, n, value);
+  check_launch("fill");
+}
+
+void add(float* y, const float* x, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  k_add<<<grid_for(n, 256), 256, 0, s>>>(y, x, n);
+  check_launch("add");
+}
+
+void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s) {
+  if (rows <= 0 || n <= 0) return;
+  k_rms_norm<<<grid_for(rows, 1), 256, 0, s>>>(x, w, n, eps, y);
+  check_launch("rms_norm");
+}
+
+void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs,
+               int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t s) {
+  if (rows <= 0 || n_pairs <= 0 || n_heads <= 0) return;
+  const size_t sh = static_cast<size_t>(2 * n_pairs) * sizeof(float);
+  k_rope_tail<<<grid_for(rows, 1), 256, sh, s>>>(x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0,
+                                                 pos_step, inverse);
+  check_launch("rope_tail");
+}
+
+void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s) {
+  if (rows <= 0 || n_round <= 0) return;
+  if (n_round > 12288) fail("CUDA act_round: {} values per row exceed the kernel's 12288", n_round);
+  const float hscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_round)));
+  k_act_round<<<grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s>>>(
+      x, row_len, static_cast<int>(n_round), kind, hscale);
+  check_launch("act_round");
+}
+
+void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
+            cudaStream_t s) {
+  if (rows <= 0 || n <= 0) return;
+  k_swiglu<<<grid_for(rows * n, 256), 256, 0, s>>>(g, u, rows, n, limit, weights, h);
+  check_launch("swiglu");
+}
+
+void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
+           const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s) {
+  if (rows <= 0) return;
+  k_embed<<<grid_for(rows, 1), 256, 0, s>>>(static_cast<int>(type), table, n_in, n_rows, row_stride, tokens, copies,
+                                            X, err);
+  check_launch("embed");
+}
+
+void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const float* scale, const float* base,
+            int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s) {
+  if (rows <= 0) return;
+  if (n_hc < 1 || n_hc > kMaxHc) fail("CUDA hc_pre: n_hc {} outside 1..{}", n_hc, kMaxHc);
+  k_hc_pre<<<grid_for(rows, 1), 256, 0, s>>>(X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
+                                             post, comb);
+  check_launch("hc_pre");
+}
+
+void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
+             float* Xout, cudaStream_t s) {
+  if (rows <= 0 || n <= 0 || n_hc <= 0) return;
+  k_hc_post<<<grid_for(rows * n_hc * n, 256), 256, 0, s>>>(y, X, post, comb, rows, n_hc, n, Xout);
+  check_launch("hc_post");
+}
+
+void compressor_store(GgmlType ape_type, const uint8_t* ape_row, const float* kvp, const float* scp, int64_t width,
+                      float* kv_slot, float* score_slot, cudaStream_t s) {
+  if (width <= 0) return;
+  k_compressor_store<<<grid_for(width, 256), 256, 0, s>>>(static_cast<int>(ape_type), ape_row, kvp, scp, width,
+                                                          kv_slot, score_slot);
+  check_launch("compressor_store");
+}
+
+void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,
+                     cudaStream_t s) {
+  if (dim <= 0) return;
+  k_compressor_pool<<<grid_for(dim, 128), 128, 0, s>>>(kv, score, ratio, lanes, dim, out);
+  check_launch("compressor_pool");
+}
+
+}  // namespace ds4::cuda

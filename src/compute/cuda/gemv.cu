@@ -1,0 +1,332 @@
+// CUDA matmul (gemv.h): activation quantization with the CPU's bytes, then one kernel per
+// (weight format, row tile) reading each weight byte once per tile of up to 16 activation rows.
+// Device-side structure: gemv_formats.cuh.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "compute/cuda/gemv.h"
+#include "compute/cuda/gemv_internal.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace ds4::cuda {
+namespace gemv_detail {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(e));
+}
+
+void check_launch(const char* kernel) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail("CUDA kernel {} failed to launch: {}", kernel, cudaGetErrorString(e));
+}
+
+namespace {
+
+const char* type_name(GgmlType t) {
+  auto tr = type_traits(static_cast<uint32_t>(t));
+  return tr ? tr->name.data() : "unknown";
+}
+
+size_t round256(size_t v) { return (v + 255) / 256 * 256; }
+
+// ---- activation quantization --------------------------------------------------------------
+
+// quant.cpp's rounded_to_i8: the low byte of the truncated value, 0 for +-inf/NaN (x86).
+__device__ __forceinline__ int8_t rounded_to_i8(float v) {
+  const int32_t i = (v >= -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
+  return static_cast<int8_t>(i);
+}
+
+// quant::quantize_row_q8_0: one warp per 32-value block, lane j holds value j.
+__global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t rows, int64_t n, int64_t x_stride,
+                                                         int8_t* qs, float* d) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nb = n / 32;
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (blk >= rows * nb) return;  // whole warps leave together
+  const int64_t r = blk / nb, b = blk % nb;
+  const float v = x[r * x_stride + 32 * b + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float dv = __fdiv_rn(amax, 127.0f);
+  const float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
+  qs[r * n + 32 * b + lane] = rounded_to_i8(roundf(__fmul_rn(v, id)));
+  if (lane == 0) d[blk] = __half2float(__float2half_rn(dv));
+}
+
+// quant::quantize_row_q8_K: one warp per 256-value block, lane l holds values 8l .. 8l+7.
+__global__ void __launch_bounds__(kThreads) k_quant_q8_K(const float* x, int64_t rows, int64_t n, int64_t x_stride,
+                                                         int8_t* qs, float* d, int16_t* bs) {
+  const int lane = threadIdx.x & 31;
+  const int64_t nb = n / 256;
+  const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (blk >= rows * nb) return;
+  const int64_t r = blk / nb, b = blk % nb;
+  const float* xr = x + r * x_stride + 256 * b + 8 * lane;
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = xr[j];
+  // The first value of largest magnitude (the CPU scans with a strict >, from amax = 0).
+  float amax = 0.0f, vmax = 0.0f;
+  int idx = INT_MAX;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float a = fabsf(v[j]);
+    if (a > amax) amax = a, vmax = v[j], idx = 8 * lane + j;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) {
+    const float oa = __shfl_xor_sync(0xffffffffu, amax, off);
+    const float ov = __shfl_xor_sync(0xffffffffu, vmax, off);
+    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
+    if (oa > amax || (oa == amax && oi < idx)) amax = oa, vmax = ov, idx = oi;
+  }
+  int8_t* q = qs + r * n + 256 * b + 8 * lane;
+  int16_t* bsum = bs + blk * 16;
+  if (amax == 0.0f) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = 0;
+    if ((lane & 1) == 0) bsum[lane / 2] = 0;
+    if (lane == 0) d[blk] = 0.0f;
+    return;
+  }
+  const float iscale = __fdiv_rn(-127.0f, vmax);
+  int sum = 0;
+  uint32_t packed[2] = {0, 0};
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    // k_quant_search.h nearest_int: add 1.5*2^23, keep the low mantissa bits.
+    const float t = __fadd_rn(__fmul_rn(iscale, v[j]), 12582912.0f);
+    int vi = static_cast<int>(__float_as_uint(t) & 0x007fffffu) - 0x00400000;
+    vi = vi < 127 ? vi : 127;
+    const int8_t qi = static_cast<int8_t>(vi);
+    sum += qi;
+    packed[j / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(qi)) << (8 * (j % 4));
+  }
+  *reinterpret_cast<uint2*>(q) = make_uint2(packed[0], packed[1]);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  if ((lane & 1) == 0) bsum[lane / 2] = static_cast<int16_t>(sum);
+  if (lane == 0) d[blk] = __fdiv_rn(1.0f, iscale);
+}
+
+// ---- matmul kernel -------------------------------------------------------------------------
+
+// Block (kWarps warps) = kWarps * (32 / LPR) consecutive output rows; blockIdx.y = tile of R
+// activation rows.
+template <class F, bool FA, int R>
+__global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                     ActQ aq, ActF af, int64_t rows, int64_t r_first, float* y,
+                                                     int64_t y_stride, int lpr_log2, int slice_bytes, bool vec) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const uint2* grid = setup_grid<F>(smem);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = 1 << lpr_log2, gpw = 32 >> lpr_log2;
+  const int gl = lane & (lpr - 1), gi = lane >> lpr_log2;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * gpw + gi;
+  const bool active = o < n_out;
+  const int64_t r0 = r_first + static_cast<int64_t>(blockIdx.y) * R;
+  const int nr = static_cast<int>(rows - r0 < R ? rows - r0 : R);
+  if constexpr (!F::kFloat && !FA) {
+    aq.qs += r0 * aq.n;
+    aq.d += r0 * (aq.n / F::kActBE);
+    if constexpr (F::kQ8K) aq.bs += r0 * (aq.n / 16);
+  } else {
+    af.x += r0 * af.stride;
+  }
+  uint8_t* slice = smem + grid_smem_bytes<F>() + (warp * gpw + gi) * slice_bytes;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<F, FA, R>(w + (active ? o : 0) * row_stride, n_in, aq, af, nr, acc, slice, gl, lpr, active, vec, grid);
+  group_reduce<R>(acc, lpr);
+  if (active && gl == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < nr) {
+        float v = acc[r];
+        if constexpr (!FA && F::kPost != 1.0f) v = F::kPost * v;
+        y[(r0 + r) * y_stride + o] = v;
+      }
+    }
+  }
+}
+
+int tile_rows(int64_t rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+
+template <class F, bool FA>
+void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, cudaStream_t s) {
+  const int64_t items = F::kFloat ? (w.n_in + 7) / 8 : w.n_in / F::kBE;
+  const int l2 = lanes_per_row_log2(items);
+  const int gpw = 32 >> l2;
+  const int64_t rows_per_block = static_cast<int64_t>(kWarps) * gpw;
+  int slice = 0;
+  if constexpr (!F::kFloat) slice = ((1 << l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
+  const size_t smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * slice;
+  if (smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for {} rows of {}", smem, w.n_in, type_name(w.type));
+  const bool vec = F::kFloat && float_rows_vectorizable(w);
+  const int R = tile_rows(rows);
+  const int64_t gx = (w.n_out + rows_per_block - 1) / rows_per_block;
+  if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
+  const int64_t tiles = (rows + R - 1) / R;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
+    const int64_t r_first = t0 * R;
+#define DS4_LAUNCH(RR)                                                                                        \
+  k_matmul<F, FA, RR><<<grid, kThreads, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
+                                                   y_stride, l2, slice, vec)
+    switch (R) {
+      case 1: DS4_LAUNCH(1); break;
+      case 2: DS4_LAUNCH(2); break;
+      case 4: DS4_LAUNCH(4); break;
+      case 8: DS4_LAUNCH(8); break;
+      default: DS4_LAUNCH(16); break;
+    }
+#undef DS4_LAUNCH
+    check_launch(FA ? "gemv matmul (float activations)" : "gemv matmul");
+  }
+}
+
+}  // namespace
+
+size_t natural_alignment(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32:
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K: return 4;
+    default: return 2;
+  }
+}
+
+void check_matrix(const DevMatrix& w, const char* what) {
+  if (!gemv_supports(w.type)) fail("CUDA {}: weight type {} is not supported", what, type_name(w.type));
+  const auto& tr = traits(w.type);
+  if (w.n_in <= 0 || w.n_out < 0) fail("CUDA {}: bad {} matrix shape {} x {}", what, tr.name, w.n_out, w.n_in);
+  if (w.n_in % tr.block_elems != 0)
+    fail("CUDA {}: row of {} elements is not a whole number of {} blocks of {}", what, w.n_in, tr.name, tr.block_elems);
+  if (w.n_in > INT_MAX / 2) fail("CUDA {}: row of {} elements is too long", what, w.n_in);
+  const size_t rb = row_bytes(tr, static_cast<uint64_t>(w.n_in));
+  if (w.row_stride < rb) fail("CUDA {}: row stride {} is shorter than a {} row of {} bytes", what, w.row_stride, tr.name, rb);
+  if (!w.data && w.n_out > 0) fail("CUDA {}: null weight pointer", what);
+  const size_t al = natural_alignment(w.type);
+  if (reinterpret_cast<uintptr_t>(w.data) % al != 0 || w.row_stride % al != 0)
+    fail("CUDA {}: {} weights at {} with row stride {} are not {}-byte aligned", what, tr.name,
+         static_cast<const void*>(w.data), w.row_stride, al);
+}
+
+int lanes_per_row_log2(int64_t items) {
+  int l = 0;
+  while (l < 5 && (int64_t{1} << l) < items) ++l;
+  return l;
+}
+
+bool float_rows_vectorizable(const DevMatrix& w) {
+  const size_t es = w.type == GgmlType::F32 ? 4 : 2;
+  return reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_stride % 16 == 0 &&
+         (static_cast<size_t>(w.n_in) * es) % 16 == 0;
+}
+
+size_t act_bytes(GgmlType act_type, int64_t rows, int64_t n) {
+  const size_t r = static_cast<size_t>(rows), nn = static_cast<size_t>(n);
+  if (act_type == GgmlType::Q8_0) return round256(r * nn) + round256(r * (nn / 32) * 4);
+  return round256(r * nn) + round256(r * (nn / 256) * 4) + round256(r * (nn / 16) * 2);
+}
+
+ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, int64_t x_stride, void* buf,
+                   cudaStream_t stream) {
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  const size_t r = static_cast<size_t>(rows), nn = static_cast<size_t>(n);
+  ActQ a;
+  a.n = n;
+  a.qs = reinterpret_cast<int8_t*>(p);
+  if (rows == 0) return a;
+  if (act_type == GgmlType::Q8_0) {
+    float* d = reinterpret_cast<float*>(p + round256(r * nn));
+    a.d = d;
+    const int64_t blocks = rows * (n / 32);
+    k_quant_q8_0<<<static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+        x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d);
+    check_launch("gemv quantize_q8_0 (activations)");
+  } else if (act_type == GgmlType::Q8_K) {
+    float* d = reinterpret_cast<float*>(p + round256(r * nn));
+    int16_t* bs = reinterpret_cast<int16_t*>(p + round256(r * nn) + round256(r * (nn / 256) * 4));
+    a.d = d, a.bs = bs;
+    const int64_t blocks = rows * (n / 256);
+    k_quant_q8_K<<<static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+        x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d, bs);
+    check_launch("gemv quantize_q8_K (activations)");
+  } else {
+    fail("CUDA gemv: {} is not an activation format", type_name(act_type));
+  }
+  return a;
+}
+
+Scratch::Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
+  if (bytes) check(cudaMallocAsync(&p_, bytes, stream), "cudaMallocAsync (gemv scratch)");
+}
+Scratch::~Scratch() {
+  if (p_) cudaFreeAsync(p_, stream_);
+}
+
+}  // namespace gemv_detail
+
+using namespace gemv_detail;
+
+bool gemv_supports(GgmlType type) {
+  switch (type) {
+    case GgmlType::F32:
+    case GgmlType::F16:
+    case GgmlType::BF16:
+    case GgmlType::Q8_0:
+    case GgmlType::Q2_K:
+    case GgmlType::Q4_K:
+    case GgmlType::IQ2_XXS: return true;
+    default: return false;
+  }
+}
+
+void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
+            bool float_acts, cudaStream_t stream) {
+  if (rows < 0) fail("CUDA matmul: negative row count {}", rows);
+  check_matrix(w, "matmul");
+  if (rows == 0 || w.n_out == 0) return;
+  if (!x || !y) fail("CUDA matmul: null activation or output pointer");
+  if (x_stride == 0) x_stride = w.n_in;
+  if (y_stride == 0) y_stride = w.n_out;
+  if (x_stride < w.n_in) fail("CUDA matmul: x stride {} is shorter than a row of {}", x_stride, w.n_in);
+  if (y_stride < w.n_out) fail("CUDA matmul: y stride {} is shorter than a row of {}", y_stride, w.n_out);
+  if (w.type == GgmlType::IQ2_XXS) upload_iq2_grid();
+  const ActF af{x, x_stride};
+  switch (w.type) {
+    case GgmlType::F32: launch_matmul<FmtF32, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    case GgmlType::F16: launch_matmul<FmtF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    case GgmlType::BF16: launch_matmul<FmtBF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    default: break;
+  }
+  auto run = [&](auto fmt) {
+    using F = decltype(fmt);
+    if (float_acts) {
+      launch_matmul<F, true>(w, ActQ{}, af, rows, y, y_stride, stream);
+      return;
+    }
+    const GgmlType at = quant::vec_dot_type(w.type);
+    Scratch buf(act_bytes(at, rows, w.n_in), stream);
+    const ActQ aq = quantize_acts(at, x, rows, w.n_in, x_stride, buf.get(), stream);
+    launch_matmul<F, false>(w, aq, af, rows, y, y_stride, stream);
+  };
+  switch (w.type) {
+    case GgmlType::Q8_0: run(FmtQ8_0{}); return;
+    case GgmlType::Q2_K: run(FmtQ2_K{}); return;
+    case GgmlType::Q4_K: run(FmtQ4_K{}); return;
+    case GgmlType::IQ2_XXS: run(FmtIQ2_XXS{}); return;
+    default: fail("CUDA matmul: weight type {} is not supported", type_name(w.type));
+  }
+}
+
+}  // namespace ds4::cuda

@@ -1,0 +1,50 @@
+#pragma once
+// Internal to the CUDA backend: quantized matrix-vector / small-batch matrix products and the
+// routed-expert MoE kernels. All pointers are device pointers; work is queued on `stream`.
+//
+// Numerics match the CPU backend (compute/cpu): for a quantized weight type each activation row
+// is first quantized to quant::vec_dot_type(type) (Q8_0 or Q8_K) with exactly the bytes
+// quant::quantize_activation_row produces, then every (weight block, activation block) pair is
+// multiplied in integers as quant::vec_dot does; only the float accumulation order differs.
+// F32/F16/BF16 weights multiply the f32 activations. With float_acts, quantized weights are
+// decoded (bit-exact with quant::dequantize_row) and multiplied with the f32 activations.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "quant/types.h"
+
+namespace ds4::cuda {
+
+struct DevMatrix {
+  GgmlType type = GgmlType::F32;
+  const uint8_t* data = nullptr;  // device
+  int64_t n_in = 0, n_out = 0;
+  size_t row_stride = 0;  // bytes
+};
+
+struct DevExperts {
+  DevMatrix first;  // expert 0
+  int64_t n_expert = 0;
+  size_t expert_stride = 0;  // bytes
+};
+
+// True when matmul/moe_experts handle this weight type.
+bool gemv_supports(GgmlType type);
+
+// y[r*y_stride + o] = sum_i W[o][i] x[r*x_stride + i] for r < rows (strides in floats).
+// Temporary buffers come from the stream-ordered allocator (cudaMallocAsync).
+// Throws ds4::Error naming the kernel on a launch failure.
+void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
+            bool float_acts, cudaStream_t stream);
+
+// Routed experts (compute::Backend::moe_experts): for each token t < rows and slot i < k,
+// e = experts[t*k+i], h = silu(min(g,limit)) * clamp(u,-limit,limit) * weights[t*k+i] with
+// g = gate_e . x[t], u = up_e . x[t] (limit <= 0: no clamp); out = down_e . h; y[t] = sum over
+// i in slot order (y overwritten; x, y: rows x gate.n_in). Expert ids are read on the device.
+void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
+                 const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
+                 bool float_acts, cudaStream_t stream);
+
+}  // namespace ds4::cuda

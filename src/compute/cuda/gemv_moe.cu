@@ -1,0 +1,263 @@
+// CUDA routed experts (gemv.h moe_experts): one launch computes gate and up for every
+// (token, slot) pair and writes h = silu(min(g,limit)) * clamp(u) * weight; h is quantized to the
+// down projection's activation format (the CPU's bytes); a second launch computes, per token and
+// output row, down_e . h for the token's slots in slot order and their running sum. Expert ids and
+// weights are read on the device; an id outside [0, n_expert) makes that token's output NaN
+// (the kernel cannot throw, and NaN cannot pass for a result).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "compute/cuda/gemv.h"
+#include "compute/cuda/gemv_internal.h"
+#include "core/error.h"
+#include "quant/quant.h"
+
+namespace ds4::cuda {
+namespace gemv_detail {
+namespace {
+
+struct Geo {
+  int l2 = 5, slice = 0;
+  size_t smem = 0;
+  int64_t rows_per_block = 0;
+};
+
+template <class F>
+Geo geometry(int64_t n_in, const char* what) {
+  Geo g;
+  const int64_t items = F::kFloat ? (n_in + 7) / 8 : n_in / F::kBE;
+  g.l2 = lanes_per_row_log2(items);
+  const int gpw = 32 >> g.l2;
+  g.rows_per_block = static_cast<int64_t>(kWarps) * gpw;
+  if constexpr (!F::kFloat) g.slice = ((1 << g.l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
+  g.smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * g.slice;
+  if (g.smem > 48 * 1024) fail("CUDA moe_experts ({}): {} bytes of shared memory", what, g.smem);
+  return g;
+}
+
+// Activation row `row` of a view (quantized or f32).
+template <class F, bool FA>
+__device__ __forceinline__ void select_row(ActQ& aq, ActF& af, int64_t row) {
+  if constexpr (!F::kFloat && !FA) {
+    aq.qs += row * aq.n;
+    aq.d += row * (aq.n / F::kActBE);
+    if constexpr (F::kQ8K) aq.bs += row * (aq.n / 16);
+  } else {
+    af.x += row * af.stride;
+  }
+}
+
+struct ExpertArgs {
+  const uint8_t* data;
+  size_t expert_stride, row_stride;
+  bool vec;
+};
+
+// blockIdx.y = pair p0 + y (token p / k, slot p % k); block = rows of gate/up.
+template <class F, bool FA>
+__global__ void __launch_bounds__(kThreads) k_moe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff,
+                                                          int64_t n_expert, ActQ aq, ActF af, const int32_t* experts,
+                                                          const float* weights, int64_t k, int64_t p0, float limit,
+                                                          float* h, int lpr_log2, int slice_bytes) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const uint2* grid = setup_grid<F>(smem);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = 1 << lpr_log2, gpw = 32 >> lpr_log2;
+  const int gl = lane & (lpr - 1), gi = lane >> lpr_log2;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * gpw + gi;
+  const int64_t p = p0 + blockIdx.y;
+  const int32_t e = experts[p];
+  const bool bad = e < 0 || e >= n_expert;  // uniform over the block
+  const bool active = o < n_ff && !bad;
+  select_row<F, FA>(aq, af, p / k);
+  uint8_t* slice = smem + grid_smem_bytes<F>() + (warp * gpw + gi) * slice_bytes;
+  const int64_t ee = bad ? 0 : e, oo = o < n_ff ? o : 0;
+  float g[1] = {0.0f}, u[1] = {0.0f};
+  row_dot<F, FA, 1>(gate.data + ee * gate.expert_stride + oo * gate.row_stride, n_in, aq, af, 1, g, slice, gl, lpr,
+                    active, gate.vec, grid);
+  row_dot<F, FA, 1>(up.data + ee * up.expert_stride + oo * up.row_stride, n_in, aq, af, 1, u, slice, gl, lpr, active,
+                    up.vec, grid);
+  group_reduce<1>(g, lpr);
+  group_reduce<1>(u, lpr);
+  if (o < n_ff && gl == 0) {
+    if (bad) {
+      h[p * n_ff + o] = __int_as_float(0x7fc00000);
+      return;
+    }
+    float gv = g[0], uv = u[0];
+    if constexpr (!FA && F::kPost != 1.0f) gv = F::kPost * gv, uv = F::kPost * uv;
+    if (limit > 0.0f) {
+      gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
+      uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
+    }
+    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
+    h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+  }
+}
+
+// blockIdx.y = token t0 + y; block = rows of down. y[t][o] = sum over slots in slot order.
+template <class F, bool FA>
+__global__ void __launch_bounds__(kThreads) k_moe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
+                                                       ActQ hq, ActF hf, const int32_t* experts, int64_t k, int64_t t0,
+                                                       float* y, int lpr_log2, int slice_bytes) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const uint2* grid = setup_grid<F>(smem);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = 1 << lpr_log2, gpw = 32 >> lpr_log2;
+  const int gl = lane & (lpr - 1), gi = lane >> lpr_log2;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * gpw + gi;
+  const int64_t t = t0 + blockIdx.y;
+  uint8_t* slice = smem + grid_smem_bytes<F>() + (warp * gpw + gi) * slice_bytes;
+  const int64_t oo = o < n_embd ? o : 0;
+  float total = 0.0f;
+  bool bad = false;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t p = t * k + i;
+    const int32_t e = experts[p];
+    if (e < 0 || e >= n_expert) {  // uniform over the block
+      bad = true;
+      continue;
+    }
+    ActQ aq = hq;
+    ActF af = hf;
+    select_row<F, FA>(aq, af, p);
+    float acc[1] = {0.0f};
+    row_dot<F, FA, 1>(down.data + e * down.expert_stride + oo * down.row_stride, n_ff, aq, af, 1, acc, slice, gl, lpr,
+                      o < n_embd, down.vec, grid);
+    group_reduce<1>(acc, lpr);
+    float v = acc[0];
+    if constexpr (!FA && F::kPost != 1.0f) v = F::kPost * v;
+    total = i == 0 ? v : total + v;
+  }
+  if (o < n_embd && gl == 0) y[t * n_embd + o] = bad ? __int_as_float(0x7fc00000) : total;
+}
+
+ExpertArgs expert_args(const DevExperts& x) {
+  const bool vec = float_rows_vectorizable(x.first) && (x.n_expert == 1 || x.expert_stride % 16 == 0);
+  return {x.first.data, x.expert_stride, x.first.row_stride, vec};
+}
+
+template <class F, bool FA>
+void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF af, const int32_t* experts,
+                    const float* weights, int64_t pairs, int64_t k, float limit, float* h, cudaStream_t s) {
+  const Geo g = geometry<F>(gate.first.n_in, "gate/up");
+  const int64_t gx = (gate.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+    k_moe_gate_up<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(gate), expert_args(up), gate.first.n_in,
+                                                         gate.first.n_out, gate.n_expert, aq, af, experts, weights, k,
+                                                         p0, limit, h, g.l2, g.slice);
+    check_launch("moe_experts gate/up");
+  }
+}
+
+template <class F, bool FA>
+void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* experts, int64_t rows, int64_t k, float* y,
+                 cudaStream_t s) {
+  const Geo g = geometry<F>(down.first.n_in, "down");
+  const int64_t gx = (down.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
+    k_moe_down<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(down), down.first.n_in, down.first.n_out,
+                                                      down.n_expert, hq, hf, experts, k, t0, y, g.l2, g.slice);
+    check_launch("moe_experts down");
+  }
+}
+
+// Calls fn(F{}) for the format of `type`.
+template <class Fn>
+void with_format(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::F32: fn(FmtF32{}); return;
+    case GgmlType::F16: fn(FmtF16{}); return;
+    case GgmlType::BF16: fn(FmtBF16{}); return;
+    case GgmlType::Q8_0: fn(FmtQ8_0{}); return;
+    case GgmlType::Q2_K: fn(FmtQ2_K{}); return;
+    case GgmlType::Q4_K: fn(FmtQ4_K{}); return;
+    case GgmlType::IQ2_XXS: fn(FmtIQ2_XXS{}); return;
+    default: fail("CUDA moe_experts: weight type {} is not supported", static_cast<uint32_t>(type));
+  }
+}
+
+void check_experts(const DevExperts& x, const char* what) {
+  check_matrix(x.first, what);
+  if (x.n_expert <= 0 || x.n_expert > INT32_MAX) fail("CUDA {}: bad expert count {}", what, x.n_expert);
+  if (x.n_expert > 1 && x.expert_stride < x.first.n_out * x.first.row_stride)
+    fail("CUDA {}: expert stride {} is shorter than one expert of {} rows x {} bytes", what, x.expert_stride,
+         x.first.n_out, x.first.row_stride);
+  if (x.expert_stride % natural_alignment(x.first.type) != 0)
+    fail("CUDA {}: expert stride {} breaks the {}-byte alignment of the weights", what, x.expert_stride,
+         natural_alignment(x.first.type));
+}
+
+}  // namespace
+}  // namespace gemv_detail
+
+using namespace gemv_detail;
+
+void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
+                 const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
+                 bool float_acts, cudaStream_t stream) {
+  if (rows < 0 || k <= 0) fail("CUDA moe_experts: bad rows {} / k {}", rows, k);
+  check_experts(gate, "moe_experts gate");
+  check_experts(up, "moe_experts up");
+  check_experts(down, "moe_experts down");
+  const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out;
+  if (up.first.n_in != n_embd || up.first.n_out != n_ff || up.first.type != gate.first.type)
+    fail("CUDA moe_experts: up ({} x {}) does not match gate ({} x {}) in shape or type", up.first.n_out, up.first.n_in,
+         n_ff, n_embd);
+  if (down.first.n_in != n_ff || down.first.n_out != n_embd)
+    fail("CUDA moe_experts: down is {} x {}, expected {} x {}", down.first.n_out, down.first.n_in, n_embd, n_ff);
+  if (up.n_expert != gate.n_expert || down.n_expert != gate.n_expert)
+    fail("CUDA moe_experts: expert counts differ (gate {}, up {}, down {})", gate.n_expert, up.n_expert, down.n_expert);
+  if (rows == 0) return;
+  if (!x || !experts || !weights || !y) fail("CUDA moe_experts: null input or output pointer");
+  if (gate.first.type == GgmlType::IQ2_XXS || down.first.type == GgmlType::IQ2_XXS) upload_iq2_grid();
+
+  const int64_t pairs = rows * k;
+  Scratch hbuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_ff) * sizeof(float), stream);
+  float* h = static_cast<float*>(hbuf.get());
+
+  with_format(gate.first.type, [&](auto fmt) {
+    using F = decltype(fmt);
+    const ActF af{x, n_embd};
+    if constexpr (F::kFloat) {
+      launch_gate_up<F, false>(gate, up, ActQ{}, af, experts, weights, pairs, k, limit, h, stream);
+    } else {
+      if (float_acts) {
+        launch_gate_up<F, true>(gate, up, ActQ{}, af, experts, weights, pairs, k, limit, h, stream);
+      } else {
+        const GgmlType at = quant::vec_dot_type(gate.first.type);
+        Scratch xq(act_bytes(at, rows, n_embd), stream);
+        const ActQ aq = quantize_acts(at, x, rows, n_embd, n_embd, xq.get(), stream);
+        launch_gate_up<F, false>(gate, up, aq, af, experts, weights, pairs, k, limit, h, stream);
+      }
+    }
+  });
+
+  with_format(down.first.type, [&](auto fmt) {
+    using F = decltype(fmt);
+    const ActF hf{h, n_ff};
+    if constexpr (F::kFloat) {
+      launch_down<F, false>(down, ActQ{}, hf, experts, rows, k, y, stream);
+    } else {
+      if (float_acts) {
+        launch_down<F, true>(down, ActQ{}, hf, experts, rows, k, y, stream);
+      } else {
+        const GgmlType at = quant::vec_dot_type(down.first.type);
+        Scratch hq(act_bytes(at, pairs, n_ff), stream);
+        const ActQ aq = quantize_acts(at, h, pairs, n_ff, n_ff, hq.get(), stream);
+        launch_down<F, false>(down, aq, hf, experts, rows, k, y, stream);
+      }
+    }
+  });
+}
+
+}  // namespace ds4::cuda
