@@ -1,0 +1,459 @@
+#include "stream/provider.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "stream/slot_pool.h"
+#include "stream/trace.h"
+
+namespace ds4::stream {
+
+namespace {
+constexpr uint32_t kNone = UINT32_MAX;
+constexpr int kRecordTag = 3;  // ReadOp tag = id * 4 + component, or + 3 for a whole record
+}  // namespace
+
+struct ExpertProvider::Entry {
+  enum St : uint8_t { Absent, Loading, Ready };
+  St st = Absent;
+  bool prefetched = false;  // installed by a prefetch and not selected since
+  uint8_t pf_kind = 0;
+  uint8_t reads_left = 0;
+  int pins = 0;
+  uint8_t* buf = nullptr;
+  uint64_t buf_bytes = 0;
+  uint64_t protect_until = 0;  // token count (exclusive)
+  uint32_t lead[3] = {0, 0, 0};
+};
+
+struct ExpertProvider::AtomicStats {
+  std::atomic<uint64_t> tokens{0}, acquires{0}, hits{0}, inflight_hits{0}, misses{0};
+  std::atomic<uint64_t> pf_issued[2]{}, pf_useful[2]{}, pf_wasted[2]{}, pf_dropped[2]{};
+  std::atomic<uint64_t> evictions{0}, reads{0}, bytes_read{0}, stall_ns{0}, cached_bytes{0};
+};
+
+std::string ProviderStats::describe() const {
+  const uint64_t sel = hits + inflight_hits + misses;
+  std::string s = fmt::format(
+      "expert cache: {} selections, {} hits + {} in-flight hits ({:.2f}%), {} misses; {} evictions\n"
+      "expert reads: {} reads, {:.1f} MiB ({:.2f} MiB/token), stall {:.1f} ms ({:.3f} ms/token)\n",
+      sel, hits, inflight_hits, 100.0 * hit_rate(), misses, evictions, reads, bytes_read / 1048576.0,
+      tokens ? bytes_read / 1048576.0 / static_cast<double>(tokens) : 0.0, stall_ns / 1e6,
+      tokens ? stall_ns / 1e6 / static_cast<double>(tokens) : 0.0);
+  const char* names[2] = {"hash", "lookahead"};
+  for (int k = 0; k < 2; ++k)
+    s += fmt::format("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", names[k], prefetch_issued[k],
+                     prefetch_useful[k], prefetch_wasted[k], prefetch_dropped[k]);
+  s += fmt::format("host cache: {:.1f} of {:.1f} MiB, {} tokens\n", cached_bytes / 1048576.0,
+                   budget_bytes / 1048576.0, tokens);
+  return s;
+}
+
+uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) fail("{}: '{}' is not a size (e.g. 8GB, 512MiB) or a slot count", flag, s);
+  double v = 0;
+  try {
+    v = std::stod(s.substr(0, i));
+  } catch (...) {
+    fail("{}: '{}' is not a number", flag, s);
+  }
+  std::string u = s.substr(i);
+  for (auto& c : u) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (u.empty()) {
+    if (s.find('.') != std::string::npos || v < 1) fail("{}: slot count '{}' must be a positive integer", flag, s);
+    *slots = static_cast<int64_t>(v);
+    return 0;
+  }
+  double mul = 0;
+  if (u == "B") mul = 1;
+  else if (u == "KB") mul = 1e3;
+  else if (u == "KIB") mul = 1024.0;
+  else if (u == "MB") mul = 1e6;
+  else if (u == "MIB") mul = 1048576.0;
+  else if (u == "GB" || u == "G") mul = 1e9;
+  else if (u == "GIB") mul = 1073741824.0;
+  else fail("{}: unknown unit '{}' in '{}' (B, KB, KiB, MB, MiB, GB, GiB)", flag, s.substr(i), s);
+  *slots = 0;
+  return static_cast<uint64_t>(v * mul);
+}
+
+// ---- lease ----------------------------------------------------------------------------------
+
+ExpertLease::ExpertLease(ExpertLease&& o) noexcept
+    : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
+      deferred_(std::move(o.deferred_)), current_(o.current_), out_(o.out_) {
+  o.p_ = nullptr;
+}
+
+ExpertLease::~ExpertLease() {
+  if (!p_) return;
+  unpin_current();
+  for (uint32_t id : ready_) p_->unpin(id);
+  for (uint32_t id : waiting_) p_->unpin(id);
+}
+
+void ExpertLease::unpin_current() {
+  if (current_ != kNone) p_->unpin(current_);
+  current_ = kNone;
+}
+
+const ExpertLease::Expert* ExpertLease::next() {
+  ExpertProvider& p = *p_;
+  unpin_current();
+  auto start_deferred = [&] {
+    while (!deferred_.empty()) {
+      const uint32_t id = deferred_.back();
+      if (!p.start_load(id, false, 0)) break;
+      ++p.entries_[id].pins;
+      deferred_.pop_back();
+      waiting_.push_back(id);
+    }
+    p.flush();
+  };
+  for (;;) {
+    if (!deferred_.empty()) start_deferred();
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (p.entries_[waiting_[i]].st == ExpertProvider::Entry::Ready) {
+        ready_.push_back(waiting_[i]);
+        waiting_.erase(waiting_.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      }
+    if (!ready_.empty()) {
+      current_ = ready_.back();
+      ready_.pop_back();
+      const int64_t e = current_ % static_cast<uint32_t>(p.layout().n_expert);
+      out_.id = static_cast<int32_t>(e);
+      out_.gate = p.view(current_, kGate);
+      out_.up = p.view(current_, kUp);
+      out_.down = p.view(current_, kDown);
+      return &out_;
+    }
+    if (waiting_.empty() && deferred_.empty()) return nullptr;
+    if (p.io_->in_flight() == 0 && waiting_.empty()) {
+      // Nothing will free room by itself: every slot is pinned.
+      fail("expert cache budget {} bytes is too small: layer {} needs another expert of {} bytes while every "
+           "cached expert is pinned",
+           p.pool_->budget(), layer_, p.entries_[deferred_.back()].buf_bytes);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    p.reap(true);
+    p.st_->stall_ns += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+// ---- provider -------------------------------------------------------------------------------
+
+ExpertProvider::~ExpertProvider() {
+  if (io_) {
+    ReadDone d;
+    while (io_->in_flight() > 0 && io_->reap(d, true)) {
+    }
+  }
+  if (pool_)
+    for (auto& e : entries_)
+      if (e.buf) pool_->release(e.buf, e.buf_bytes);
+}
+
+std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const ProviderOptions& opt) {
+  std::unique_ptr<ExpertProvider> p(new ExpertProvider);
+  p->opt_ = opt;
+  p->store_ = ExpertStore::open(f, opt.store);
+  const ExpertLayout& L = p->store_->layout();
+  if (p->opt_.record_reads && !p->store_->packed()) p->opt_.record_reads = false;
+  uint64_t max_slot = 0, all = 0;
+  for (int64_t il = 0; il < L.n_layer; ++il) {
+    const uint64_t b = p->opt_.record_reads ? p->store_->slot_bytes_record(il) : p->store_->slot_bytes_split(il);
+    max_slot = std::max(max_slot, b);
+    all += b * static_cast<uint64_t>(L.n_expert);
+  }
+  uint64_t budget = opt.budget_slots > 0 ? static_cast<uint64_t>(opt.budget_slots) * max_slot
+                                         : (opt.budget_bytes ? opt.budget_bytes : all);
+  if (budget < max_slot)
+    fail("expert cache budget {} bytes is below one expert's slot ({} bytes)", budget, max_slot);
+  p->pool_ = std::make_unique<SlotPool>(budget);
+  const size_t n_ids = static_cast<size_t>(L.n_layer * L.n_expert);
+  p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens);
+  p->entries_.resize(n_ids);
+  p->resident_pos_.assign(n_ids, kNone);
+  p->io_ = make_io_engine(opt.io, opt.io_depth, opt.io_threads);
+  if (!p->io_) fail("io_uring is unavailable on this machine (use the pread engine)");
+  p->st_ = std::make_unique<AtomicStats>();
+
+  // Hash-routed layers: their tables come from the GGUF (validated here, used for prefetch).
+  for (int64_t il = 0; il < L.n_layer; ++il) {
+    const gguf::TensorInfo* t = f.find_tensor(fmt::format("blk.{}.ffn_gate_tid2eid.weight", il));
+    if (!t) break;
+    if (t->type != GgmlType::I32 || t->ne.size() != 2)
+      fail("{}: tensor {}: expected a 2-D i32 table", f.path(), t->name);
+    p->hash_k_ = static_cast<int64_t>(t->ne[0]);
+    const auto* d = reinterpret_cast<const int32_t*>(t->data);
+    std::vector<int32_t> tab(d, d + t->ne[0] * t->ne[1]);
+    for (int32_t e : tab)
+      if (e < 0 || e >= L.n_expert) fail("{}: tensor {}: expert id {} out of range", f.path(), t->name, e);
+    p->tid2eid_.push_back(std::move(tab));
+  }
+  if (!opt.trace_path.empty()) {
+    int64_t k = 0;
+    if (auto v = f.get_uint("deepseek4.expert_used_count")) k = static_cast<int64_t>(*v);
+    p->trace_ = std::make_unique<TraceWriter>(
+        opt.trace_path, TraceHeader{L.n_layer, L.n_expert, k, static_cast<int64_t>(p->tid2eid_.size())});
+  }
+  return p;
+}
+
+WeightView ExpertProvider::view(uint32_t id, int c) const {
+  const Entry& en = entries_[id];
+  const int64_t layer = id / static_cast<uint32_t>(layout().n_expert);
+  const ComponentShape& cs = layout().layers[static_cast<size_t>(layer)].comp[static_cast<size_t>(c)];
+  return {cs.type, en.buf + en.lead[c], cs.n_in, cs.n_out, cs.row_stride};
+}
+
+void ExpertProvider::unpin(uint32_t id) {
+  Entry& en = entries_[id];
+  if (en.pins > 0) --en.pins;
+}
+
+bool ExpertProvider::evict_one(bool allow_protected) {
+  uint32_t victim = kNone;
+  for (uint32_t id : resident_) {
+    const Entry& en = entries_[id];
+    if (en.st != Entry::Ready || en.pins > 0) continue;
+    if (!allow_protected && opt_.protect && en.protect_until > tokens_) continue;
+    if (victim == kNone || policy_->before(id, victim)) victim = id;
+  }
+  if (victim == kNone) return false;
+  Entry& en = entries_[victim];
+  if (en.prefetched) ++st_->pf_wasted[en.pf_kind];
+  pool_->release(en.buf, en.buf_bytes);
+  st_->cached_bytes -= en.buf_bytes;
+  en = Entry{};
+  const uint32_t pos = resident_pos_[victim];
+  resident_[pos] = resident_.back();
+  resident_pos_[resident_[pos]] = pos;
+  resident_.pop_back();
+  resident_pos_[victim] = kNone;
+  ++st_->evictions;
+  return true;
+}
+
+bool ExpertProvider::start_load(uint32_t id, bool prefetch, int kind) {
+  Entry& en = entries_[id];
+  const int64_t E = layout().n_expert;
+  const int64_t layer = id / static_cast<uint32_t>(E), e = id % static_cast<uint32_t>(E);
+  const uint64_t bytes = opt_.record_reads ? store_->slot_bytes_record(layer) : store_->slot_bytes_split(layer);
+  uint8_t* buf = nullptr;
+  for (;;) {
+    buf = pool_->try_get(bytes);
+    if (buf) break;
+    // Demand may evict protected prefetches when nothing else can go; prefetch may not.
+    if (!evict_one(false) && (prefetch || !evict_one(true))) {
+      en.buf_bytes = bytes;  // for the error message of a stuck lease
+      return false;
+    }
+  }
+  en.buf = buf;
+  en.buf_bytes = bytes;
+  en.st = Entry::Loading;
+  en.prefetched = prefetch;
+  en.pf_kind = static_cast<uint8_t>(kind);
+  if (prefetch) policy_->stamp(id, ++clock_);
+  if (prefetch && opt_.protect) en.protect_until = tokens_ + static_cast<uint64_t>(opt_.protect_tokens);
+  const int fd = store_->fd();
+  if (opt_.record_reads) {
+    ComponentRead r = store_->record(layer, e);
+    for (int c = 0; c < 3; ++c) en.lead[c] = r.lead + static_cast<uint32_t>(store_->record_comp_offset(layer, c));
+    batch_.push_back({fd, r.offset, r.len, buf, id * 4ull + kRecordTag, prefetch});
+    en.reads_left = 1;
+  } else {
+    uint64_t at = 0;
+    for (int c = 0; c < 3; ++c) {
+      ComponentRead r = store_->component(layer, e, c);
+      en.lead[c] = static_cast<uint32_t>(at + r.lead);
+      batch_.push_back({fd, r.offset, r.len, buf + at, id * 4ull + static_cast<uint64_t>(c), prefetch});
+      at += r.len;
+    }
+    en.reads_left = 3;
+  }
+  resident_pos_[id] = static_cast<uint32_t>(resident_.size());
+  resident_.push_back(id);
+  st_->cached_bytes += bytes;
+  if (prefetch) {
+    ++prefetch_inflight_;
+    ++st_->pf_issued[kind];
+  }
+  return true;
+}
+
+void ExpertProvider::flush() {
+  if (batch_.empty()) return;
+  io_->submit(batch_);
+  batch_.clear();
+}
+
+void ExpertProvider::handle(const ReadDone& d) {
+  const uint32_t id = static_cast<uint32_t>(d.tag / 4);
+  const int c = static_cast<int>(d.tag % 4);
+  Entry& en = entries_[id];
+  const int64_t E = layout().n_expert;
+  const int64_t layer = id / static_cast<uint32_t>(E), e = id % static_cast<uint32_t>(E);
+  const ComponentRead r = c == kRecordTag ? store_->record(layer, e) : store_->component(layer, e, c);
+  if (d.result < 0)
+    fail("{}: reading expert {} of layer {} at offset {}: {}", store_->source_path(), e, layer, r.offset,
+         std::strerror(static_cast<int>(-d.result)));
+  if (static_cast<uint64_t>(d.result) < r.need)
+    fail("{}: reading expert {} of layer {} at offset {}: got {} of {} bytes (file truncated?)", store_->source_path(),
+         e, layer, r.offset, d.result, r.need);
+  ++st_->reads;
+  st_->bytes_read += static_cast<uint64_t>(d.result);
+  if (--en.reads_left > 0) return;
+  if (opt_.store.verify_reads &&
+      !store_->verify(layer, e, en.buf + en.lead[0], en.buf + en.lead[1], en.buf + en.lead[2]))
+    fail("{}: expert {} of layer {}: checksum mismatch (file damaged or changed)", store_->source_path(), e, layer);
+  en.st = Entry::Ready;
+  if (en.prefetched && prefetch_inflight_ > 0) --prefetch_inflight_;
+}
+
+bool ExpertProvider::reap(bool block) {
+  ReadDone d;
+  bool any = false;
+  while (io_->reap(d, block && !any)) {
+    any = true;
+    handle(d);
+  }
+  pump_prefetch();
+  return any;
+}
+
+void ExpertProvider::pump_prefetch() {
+  size_t i = 0;
+  while (i < prefetch_queue_.size() && prefetch_inflight_ < opt_.prefetch_inflight) {
+    const Queued q = prefetch_queue_[i++];
+    if (entries_[q.id].st != Entry::Absent) continue;
+    if (!start_load(q.id, true, q.kind)) ++st_->pf_dropped[q.kind];
+  }
+  prefetch_queue_.erase(prefetch_queue_.begin(), prefetch_queue_.begin() + static_cast<ptrdiff_t>(i));
+  flush();
+}
+
+void ExpertProvider::begin_tokens(std::span<const int32_t> tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) policy_->next_token();
+  tokens_ += tokens.size();
+  st_->tokens += tokens.size();
+  pos_cur_ = pos_;
+  pos_ += static_cast<int64_t>(tokens.size());
+  if (opt_.prefetch_hash && tokens.size() == 1) {
+    const int32_t t = tokens[0];
+    for (size_t il = 0; il < tid2eid_.size(); ++il) {
+      const auto& tab = tid2eid_[il];
+      if (t < 0 || static_cast<size_t>(t + 1) * static_cast<size_t>(hash_k_) > tab.size()) continue;
+      hint(static_cast<int64_t>(il), std::span(tab).subspan(static_cast<size_t>(t) * static_cast<size_t>(hash_k_),
+                                                             static_cast<size_t>(hash_k_)),
+           kPrefetchHash);
+    }
+  }
+}
+
+void ExpertProvider::hint(int64_t layer, std::span<const int32_t> experts, PrefetchKind kind) {
+  if (kind == kPrefetchLookahead && trace_) trace_->hint(pos_cur_, layer, experts);
+  if (kind == kPrefetchLookahead && !opt_.prefetch_lookahead) return;
+  if (layer < 0 || layer >= layout().n_layer) return;
+  const uint32_t base = static_cast<uint32_t>(layer * layout().n_expert);
+  for (int32_t e : experts) {
+    if (e < 0 || e >= layout().n_expert) continue;
+    const uint32_t id = base + static_cast<uint32_t>(e);
+    Entry& en = entries_[id];
+    if (en.st != Entry::Absent) {
+      if (opt_.protect) en.protect_until = std::max(en.protect_until, tokens_ + static_cast<uint64_t>(opt_.protect_tokens));
+      continue;
+    }
+    prefetch_queue_.push_back({id, layer, kind});
+  }
+  reap(false);
+}
+
+ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> routing, int64_t k) {
+  const ExpertLayout& L = layout();
+  if (layer < 0 || layer >= L.n_layer) fail("internal: expert layer {} outside [0, {})", layer, L.n_layer);
+  if (k <= 0 || routing.size() % static_cast<size_t>(k) != 0)
+    fail("internal: routing of {} ids is not a whole number of rows of {}", routing.size(), k);
+  ++st_->acquires;
+  // Guesses for layers decode has reached are stale now.
+  std::erase_if(prefetch_queue_, [&](const Queued& q) {
+    if (q.layer > layer) return false;
+    ++st_->pf_dropped[q.kind];
+    return true;
+  });
+  if (trace_)
+    for (size_t t = 0; t * static_cast<size_t>(k) < routing.size(); ++t)
+      trace_->routing(pos_cur_ + static_cast<int64_t>(t), layer, routing.subspan(t * static_cast<size_t>(k), static_cast<size_t>(k)));
+  std::vector<int32_t> uniq(routing.begin(), routing.end());
+  std::sort(uniq.begin(), uniq.end());
+  uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
+  ExpertLease lease(this, layer);
+  const uint32_t base = static_cast<uint32_t>(layer * L.n_expert);
+  for (int32_t e : uniq) {
+    if (e < 0 || e >= L.n_expert) fail("internal: expert id {} outside [0, {}) at layer {}", e, L.n_expert, layer);
+    const uint32_t id = base + static_cast<uint32_t>(e);
+    policy_->touch(id, ++clock_);
+  }
+  reap(false);
+  // Cached experts first (they are computed while the misses load).
+  for (auto it = uniq.rbegin(); it != uniq.rend(); ++it) {
+    const uint32_t id = base + static_cast<uint32_t>(*it);
+    Entry& en = entries_[id];
+    if (en.st == Entry::Absent) continue;
+    if (en.prefetched) {
+      ++st_->pf_useful[en.pf_kind];
+      en.prefetched = false;
+      if (en.st == Entry::Loading && prefetch_inflight_ > 0) --prefetch_inflight_;
+    }
+    ++en.pins;
+    if (en.st == Entry::Ready) {
+      ++st_->hits;
+      lease.ready_.push_back(id);
+    } else {
+      ++st_->inflight_hits;
+      lease.waiting_.push_back(id);
+    }
+  }
+  for (int32_t e : uniq) {
+    const uint32_t id = base + static_cast<uint32_t>(e);
+    Entry& en = entries_[id];
+    if (en.st != Entry::Absent || en.pins > 0) continue;
+    ++st_->misses;
+    en.pins = 1;
+    if (start_load(id, false, 0)) {
+      lease.waiting_.push_back(id);
+    } else {
+      en.pins = 0;
+      lease.deferred_.push_back(id);
+    }
+  }
+  flush();
+  return lease;
+}
+
+ProviderStats ExpertProvider::stats() const {
+  ProviderStats s;
+  const AtomicStats& a = *st_;
+  s.tokens = a.tokens, s.acquires = a.acquires, s.hits = a.hits, s.inflight_hits = a.inflight_hits;
+  s.misses = a.misses;
+  for (int k = 0; k < 2; ++k) {
+    s.prefetch_issued[k] = a.pf_issued[k], s.prefetch_useful[k] = a.pf_useful[k];
+    s.prefetch_wasted[k] = a.pf_wasted[k], s.prefetch_dropped[k] = a.pf_dropped[k];
+  }
+  s.evictions = a.evictions, s.reads = a.reads, s.bytes_read = a.bytes_read, s.stall_ns = a.stall_ns;
+  s.budget_bytes = pool_->budget();
+  s.cached_bytes = a.cached_bytes;
+  return s;
+}
+
+}  // namespace ds4::stream

@@ -1,0 +1,179 @@
+#pragma once
+// ExpertProvider: routed-expert weights on demand, from a host-RAM cache in front of the
+// expert store (store.h), for model code that asks by (layer, experts).
+//
+//   provider->begin_tokens(tokens);                     // before evaluating these tokens
+//   ...  at layer L, after routing n tokens to k experts each:
+//   ExpertLease lease = provider->acquire(L, routing, k);
+//   while (const ExpertLease::Expert* x = lease.next())  // cached experts first, then misses
+//     compute(x->id, x->gate, x->up, x->down);            // as their reads complete
+//
+// A view returned by next() stays valid until the following next() (or the lease's end): the
+// expert is pinned until then and never evicted while in flight or pinned. Misses of one
+// acquire are submitted as one batch; cached experts are computed while they load. The order
+// experts come back in depends on timing, so callers must combine results in an order of
+// their own (the DeepSeek MoE sums per routing slot).
+//
+// Prefetch, each switchable and counted in Stats:
+//   hash       begin_tokens() of a single token queues the experts its hash-routed layers
+//              (tid2eid) will use, before the first layer runs;
+//   lookahead  hint(L, guesses) queues guesses made by the model (e.g. layer L's router on an
+//              earlier layer's hidden state); queued guesses are dropped once acquire() passes
+//              their layer;
+//   protect    prefetched experts are not evicted for `protect_tokens` tokens unless nothing
+//              else can go.
+// Prefetch reads use at most `prefetch_inflight` of the queue; demand reads go first.
+//
+// One thread at a time (the evaluation thread); stats() may be called from any thread.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "stream/io.h"
+#include "stream/layout.h"
+#include "stream/policy.h"
+#include "stream/store.h"
+
+namespace ds4::gguf {
+class File;
+}
+
+namespace ds4::stream {
+
+struct ProviderOptions {
+  StoreOptions store;
+  uint64_t budget_bytes = 0;  // host cache; 0 = every expert (the whole expert set stays cached)
+  int64_t budget_slots = 0;   // > 0: this many slots of the largest expert (overrides budget_bytes)
+  PolicyKind policy = PolicyKind::Hot;
+  int decay_tokens = 16;
+  IoKind io = IoKind::Auto;
+  unsigned io_depth = 64;
+  unsigned io_threads = 8;
+  bool record_reads = false;  // packed file: one read per expert instead of one per component
+  bool prefetch_hash = true;
+  bool prefetch_lookahead = true;
+  bool protect = true;
+  int protect_tokens = 2;
+  unsigned prefetch_inflight = 8;
+  std::string trace_path;  // routing trace (trace.h); "" = none
+};
+
+enum PrefetchKind : int { kPrefetchHash = 0, kPrefetchLookahead = 1 };
+
+struct ProviderStats {
+  uint64_t tokens = 0;
+  uint64_t acquires = 0;
+  uint64_t hits = 0;           // selected experts found cached
+  uint64_t inflight_hits = 0;  // found being read by a prefetch
+  uint64_t misses = 0;         // demand reads
+  uint64_t prefetch_issued[2] = {0, 0};
+  uint64_t prefetch_useful[2] = {0, 0};   // prefetched, then selected before eviction
+  uint64_t prefetch_wasted[2] = {0, 0};   // prefetched, evicted unused
+  uint64_t prefetch_dropped[2] = {0, 0};  // queued guesses dropped (layer passed, no room)
+  uint64_t evictions = 0;
+  uint64_t reads = 0;
+  uint64_t bytes_read = 0;
+  uint64_t stall_ns = 0;  // time next() waited for reads
+  uint64_t budget_bytes = 0;
+  uint64_t cached_bytes = 0;
+  double hit_rate() const {
+    const uint64_t n = hits + inflight_hits + misses;
+    return n ? static_cast<double>(hits + inflight_hits) / static_cast<double>(n) : 0.0;
+  }
+  std::string describe() const;  // multi-line, for --stats
+};
+
+class ExpertProvider;
+
+class ExpertLease {
+ public:
+  struct Expert {
+    int32_t id = -1;
+    WeightView gate, up, down;
+  };
+  ExpertLease(ExpertLease&& o) noexcept;
+  ExpertLease& operator=(ExpertLease&&) = delete;
+  ExpertLease(const ExpertLease&) = delete;
+  ~ExpertLease();
+  // The next expert to compute, nullptr when all were returned. Throws ds4::Error on a failed
+  // or short read, a checksum mismatch (verify_reads) or a budget too small to proceed.
+  const Expert* next();
+
+ private:
+  friend class ExpertProvider;
+  ExpertLease(ExpertProvider* p, int64_t layer) : p_(p), layer_(layer) {}
+  void unpin_current();
+  ExpertProvider* p_;
+  int64_t layer_;
+  std::vector<uint32_t> ready_, waiting_, deferred_;  // entry ids
+  uint32_t current_ = UINT32_MAX;
+  Expert out_;
+};
+
+class ExpertProvider {
+ public:
+  static std::unique_ptr<ExpertProvider> open(const gguf::File& f, const ProviderOptions& opt);
+  ~ExpertProvider();
+
+  const ExpertLayout& layout() const { return store_->layout(); }
+  const ExpertStore& store() const { return *store_; }
+  const ProviderOptions& options() const { return opt_; }
+  const char* io_name() const { return io_->name(); }
+  int64_t n_hash_layers() const { return static_cast<int64_t>(tid2eid_.size()); }
+  // Whether hint() guesses are used (lookahead prefetch on, or a trace records them).
+  bool wants_lookahead() const { return opt_.prefetch_lookahead || trace_ != nullptr; }
+
+  void begin_tokens(std::span<const int32_t> tokens);
+  void hint(int64_t layer, std::span<const int32_t> experts, PrefetchKind kind = kPrefetchLookahead);
+  // routing: n tokens x k expert ids (each in [0, n_expert)), as the router chose them.
+  ExpertLease acquire(int64_t layer, std::span<const int32_t> routing, int64_t k);
+  ProviderStats stats() const;
+
+ private:
+  friend class ExpertLease;
+  struct Entry;
+  ExpertProvider() = default;
+  bool start_load(uint32_t id, bool prefetch, int kind);
+  bool evict_one(bool allow_protected);
+  void handle(const ReadDone& d);
+  void flush();
+  void pump_prefetch();
+  bool reap(bool block);
+  void unpin(uint32_t id);
+  WeightView view(uint32_t id, int c) const;
+
+  ProviderOptions opt_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<IoEngine> io_;
+  std::unique_ptr<class SlotPool> pool_;
+  std::unique_ptr<EvictionPolicy> policy_;
+  std::vector<Entry> entries_;
+  std::vector<uint32_t> resident_;      // ids in Loading or Ready
+  std::vector<uint32_t> resident_pos_;  // index into resident_, or UINT32_MAX
+  std::vector<ReadOp> batch_;
+  struct Queued {
+    uint32_t id;
+    int64_t layer;
+    int kind;
+  };
+  std::vector<Queued> prefetch_queue_;
+  unsigned prefetch_inflight_ = 0;
+  std::vector<std::vector<int32_t>> tid2eid_;  // hash layers: [vocab][k]
+  int64_t hash_k_ = 0;
+  uint64_t clock_ = 0, tokens_ = 0;
+  int64_t pos_ = 0;      // trace position of the next begin_tokens' first token
+  int64_t pos_cur_ = 0;  // trace position of the current batch's first token
+  std::unique_ptr<class TraceWriter> trace_;
+
+  struct AtomicStats;
+  std::unique_ptr<AtomicStats> st_;
+};
+
+// "8GB", "512MiB", "300" (slots) style budget strings: returns bytes (GB/GiB/MB/MiB/KB/B) or,
+// for a bare integer, sets *slots. Throws ds4::Error naming the flag on anything else.
+uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots);
+
+}  // namespace ds4::stream

@@ -1,0 +1,349 @@
+// ExpertProvider: every view holds exactly the GGUF's bytes for any budget, source, read shape
+// and I/O engine; caching, eviction order, pins, the three prefetch kinds and their counters;
+// the replay's policy simulation makes the same decisions as the live cache; failed reads stop
+// with an error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <chrono>
+#include <cstdio>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "stream/pack.h"
+#include "stream/provider.h"
+#include "stream/replay.h"
+#include "stream/trace.h"
+#include "stream_fixture.h"
+
+using namespace ds4;
+using namespace ds4::stream;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Ref {
+  gguf::File g;
+  ExpertLayout L;
+  explicit Ref(const std::string& p) : g(gguf::File::open(p)), L(ExpertLayout::from_gguf(g)) {}
+  const uint8_t* bytes(int64_t il, int64_t e, int c) const {
+    const auto* t = g.find_tensor(expert_tensor_name(il, c));
+    return t->data + e * L.layers[static_cast<size_t>(il)].comp[static_cast<size_t>(c)].bytes;
+  }
+  void expect_view(const WeightView& v, int64_t il, int64_t e, int c) const {
+    const auto& cs = L.layers[static_cast<size_t>(il)].comp[static_cast<size_t>(c)];
+    ASSERT_EQ(v.type, cs.type);
+    ASSERT_EQ(v.n_in, cs.n_in);
+    ASSERT_EQ(v.n_out, cs.n_out);
+    ASSERT_EQ(v.row_stride, cs.row_stride);
+    ASSERT_EQ(std::memcmp(v.data, bytes(il, e, c), cs.bytes), 0) << "layer " << il << " expert " << e << " comp " << c;
+  }
+};
+
+// Random routing: n tokens x k distinct experts.
+std::vector<int32_t> random_routing(std::mt19937& rng, int64_t n, int64_t k, int64_t E) {
+  std::vector<int32_t> r;
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(E));
+    for (int64_t i = 0; i < E; ++i) all[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    // skewed so that caching matters
+    std::shuffle(all.begin(), all.end(), rng);
+    std::sort(all.begin(), all.begin() + E / 2);
+    for (int64_t j = 0; j < k; ++j) r.push_back(all[static_cast<size_t>(j)]);
+  }
+  return r;
+}
+
+// Runs a routing sequence, checking every returned view; returns the unique selections made.
+uint64_t drive(ExpertProvider& p, const Ref& ref, uint32_t seed, int steps) {
+  std::mt19937 rng(seed);
+  const int64_t E = ref.L.n_expert;
+  uint64_t selections = 0;
+  for (int s = 0; s < steps; ++s) {
+    const int64_t n = 1 + static_cast<int64_t>(rng() % 3);
+    std::vector<int32_t> toks(static_cast<size_t>(n), static_cast<int32_t>(rng() % 50));
+    p.begin_tokens(toks);
+    for (int64_t il = 0; il < ref.L.n_layer; ++il) {
+      auto routing = random_routing(rng, n, 2, E);
+      std::set<int32_t> uniq(routing.begin(), routing.end());
+      selections += uniq.size();
+      ExpertLease lease = p.acquire(il, routing, 2);
+      std::set<int32_t> seen;
+      while (const auto* x = lease.next()) {
+        EXPECT_TRUE(uniq.count(x->id)) << x->id;
+        EXPECT_TRUE(seen.insert(x->id).second) << "expert returned twice: " << x->id;
+        ref.expect_view(x->gate, il, x->id, kGate);
+        ref.expect_view(x->up, il, x->id, kUp);
+        ref.expect_view(x->down, il, x->id, kDown);
+      }
+      EXPECT_EQ(seen, uniq);
+    }
+  }
+  return selections;
+}
+
+}  // namespace
+
+TEST(StreamProvider, ExactBytesForEveryBudgetSourceAndEngine) {
+  auto p = test::write_stream_model("prov_exact", test::stream_config());
+  Ref ref(p);
+  for (int source = 0; source < 3; ++source) {  // GGUF, packed split reads, packed record reads
+    if (source == 1) pack_experts(p, p + ".experts", true);
+    for (IoKind io : {IoKind::Pread, IoKind::Uring}) {
+      std::string why;
+      if (io == IoKind::Uring && !make_uring_engine(8, &why)) {
+        std::fprintf(stderr, "io_uring unavailable here (%s): only the pread engine is tested\n", why.c_str());
+        continue;
+      }
+      for (int64_t slots : {1, 3, 0}) {
+        ProviderOptions o;
+        o.io = io;
+        o.budget_slots = slots;
+        o.record_reads = source == 2;
+        o.store.verify_reads = true;
+        auto prov = ExpertProvider::open(ref.g, o);
+        EXPECT_EQ(prov->store().packed(), source > 0);
+        const uint64_t sel = drive(*prov, ref, 11 + static_cast<uint32_t>(slots), 12);
+        ProviderStats st = prov->stats();
+        EXPECT_EQ(st.hits + st.inflight_hits + st.misses, sel);
+        EXPECT_GT(st.misses, 0u);
+        if (slots == 1) {
+          EXPECT_GT(st.evictions, 0u);
+        }
+        if (slots == 0) {
+          EXPECT_EQ(st.evictions, 0u);  // everything fits: a second pass reads nothing
+          drive(*prov, ref, 12, 12);
+          EXPECT_LE(prov->stats().misses, 32u);  // at most one read per expert, ever
+          EXPECT_EQ(prov->stats().evictions, 0u);
+        }
+        EXPECT_LE(st.cached_bytes, st.budget_bytes);
+        EXPECT_EQ(std::string(prov->io_name()), io == IoKind::Pread ? "pread" : "io_uring");
+      }
+    }
+  }
+}
+
+// CI machines must offer io_uring (the engine falls back to pread where they do not; set
+// DS4_NO_IO_URING=1 to run the tests on such a machine).
+TEST(StreamProvider, IoUringAvailable) {
+  if (std::getenv("DS4_NO_IO_URING")) GTEST_SKIP() << "DS4_NO_IO_URING set";
+  std::string why;
+  EXPECT_NE(make_uring_engine(8, &why), nullptr) << why;
+}
+
+TEST(StreamProvider, BudgetBelowOneSlotIsRefused) {
+  auto p = test::write_stream_model("prov_budget", test::stream_config());
+  gguf::File g = gguf::File::open(p);
+  ProviderOptions o;
+  o.budget_bytes = 1000;
+  EXPECT_THROW(ExpertProvider::open(g, o), Error);
+  int64_t slots = 0;
+  EXPECT_EQ(parse_budget("8GB", "--expert-cache-host", &slots), 8000000000ull);
+  EXPECT_EQ(slots, 0);
+  EXPECT_EQ(parse_budget("512MiB", "--x", &slots), 512ull << 20);
+  EXPECT_EQ(parse_budget("300", "--x", &slots), 0u);
+  EXPECT_EQ(slots, 300);
+  EXPECT_THROW(parse_budget("8XB", "--x", &slots), Error);
+  EXPECT_THROW(parse_budget("abc", "--x", &slots), Error);
+  EXPECT_THROW(parse_budget("0", "--x", &slots), Error);
+}
+
+TEST(StreamProvider, PinnedViewSurvivesPrefetchPressure) {
+  auto p = test::write_stream_model("prov_pin", test::stream_config());
+  Ref ref(p);
+  ProviderOptions o;
+  o.budget_slots = 2;
+  o.io = IoKind::Pread;
+  auto prov = ExpertProvider::open(ref.g, o);
+  prov->begin_tokens(std::vector<int32_t>{1, 2});
+  std::vector<int32_t> routing = {0, 1, 2, 3};
+  ExpertLease lease = prov->acquire(2, routing, 2);
+  const auto* x = lease.next();
+  ASSERT_NE(x, nullptr);
+  const WeightView held = x->gate;
+  const int32_t id = x->id;
+  std::vector<int32_t> guesses = {4, 5, 6, 7};
+  prov->hint(3, guesses);  // wants room; may only take the other slot
+  ref.expect_view(held, 2, id, kGate);
+  int n = 1;
+  while (lease.next()) ++n;
+  EXPECT_EQ(n, 4);
+}
+
+TEST(StreamProvider, HashPrefetchServesTheHashLayer) {
+  auto p = test::write_stream_model("prov_hash", test::stream_config());
+  Ref ref(p);
+  const auto* tab = ref.g.find_tensor("blk.0.ffn_gate_tid2eid.weight");
+  ASSERT_NE(tab, nullptr);
+  const auto* ids = reinterpret_cast<const int32_t*>(tab->data);
+  for (bool on : {true, false}) {
+    ProviderOptions o;
+    o.prefetch_hash = on;
+    auto prov = ExpertProvider::open(ref.g, o);
+    EXPECT_EQ(prov->n_hash_layers(), 1);
+    const int32_t tok = 17;
+    prov->begin_tokens(std::vector<int32_t>{tok});
+    std::vector<int32_t> routing(ids + tok * 2, ids + tok * 2 + 2);
+    ExpertLease lease = prov->acquire(0, routing, 2);
+    while (const auto* x = lease.next()) ref.expect_view(x->down, 0, x->id, kDown);
+    ProviderStats st = prov->stats();
+    const uint64_t uniq = routing[0] == routing[1] ? 1 : 2;
+    EXPECT_EQ(st.prefetch_issued[kPrefetchHash], on ? uniq : 0);
+    EXPECT_EQ(st.prefetch_useful[kPrefetchHash], on ? uniq : 0);
+    EXPECT_EQ(st.misses, on ? 0 : uniq);
+  }
+}
+
+TEST(StreamProvider, LookaheadHintsAreUsedDroppedOrIgnored) {
+  auto p = test::write_stream_model("prov_look", test::stream_config());
+  Ref ref(p);
+  std::vector<int32_t> guess = {3, 6}, routing = {3, 6};
+  {
+    auto prov = ExpertProvider::open(ref.g, {});
+    prov->begin_tokens(std::vector<int32_t>{5});
+    prov->hint(2, guess);
+    ExpertLease lease = prov->acquire(2, routing, 2);
+    while (lease.next()) {
+    }
+    EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
+    EXPECT_EQ(prov->stats().misses, 0u);
+  }
+  {  // never submitted (no prefetch queue depth): dropped once decode reaches layer 2
+    ProviderOptions o;
+    o.prefetch_inflight = 0;
+    auto prov = ExpertProvider::open(ref.g, o);
+    prov->begin_tokens(std::vector<int32_t>{5});
+    prov->hint(2, guess);
+    { ExpertLease l1 = prov->acquire(1, routing, 2); while (l1.next()) {} }
+    EXPECT_EQ(prov->stats().prefetch_dropped[kPrefetchLookahead], 0u);
+    { ExpertLease l2 = prov->acquire(2, routing, 2); while (l2.next()) {} }
+    EXPECT_EQ(prov->stats().prefetch_dropped[kPrefetchLookahead], 2u);
+    EXPECT_EQ(prov->stats().misses, 4u);
+  }
+  {  // switched off
+    ProviderOptions o;
+    o.prefetch_lookahead = false;
+    auto prov = ExpertProvider::open(ref.g, o);
+    prov->hint(2, guess);
+    EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], 0u);
+  }
+}
+
+TEST(StreamProvider, ProtectKeepsAPrefetchThroughDemandTraffic) {
+  auto p = test::write_stream_model("prov_protect", test::stream_config());
+  Ref ref(p);
+  for (bool protect : {true, false}) {
+    ProviderOptions o;
+    o.budget_slots = 3;
+    o.protect = protect;
+    o.policy = PolicyKind::Lru;
+    auto prov = ExpertProvider::open(ref.g, o);
+    prov->begin_tokens(std::vector<int32_t>{5});
+    auto run = [&](int64_t layer, std::vector<int32_t> r) {
+      ExpertLease l = prov->acquire(layer, r, static_cast<int64_t>(r.size()));
+      while (l.next()) {
+      }
+    };
+    prov->hint(3, std::vector<int32_t>{7});  // forecast for layer 3
+    while (prov->stats().reads < 3) {  // let the forecast arrive (three component reads)
+      prov->hint(3, std::vector<int32_t>{});
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    run(1, {0, 1});
+    run(2, {2, 4});  // needs two slots: with protect, the forecast stays
+    run(3, {7});
+    EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], protect ? 1u : 0u) << protect;
+    EXPECT_EQ(prov->stats().prefetch_wasted[kPrefetchLookahead], protect ? 0u : 1u) << protect;
+  }
+}
+
+TEST(StreamProvider, ReplaySimulatesTheLiveCache) {
+  // Same-size experts in every layer, so a slot budget means the same thing in both.
+  auto c = test::stream_config();
+  c.expert_gate_up_type.assign(4, GgmlType::Q8_0);
+  c.expert_down_type.assign(4, GgmlType::Q8_0);
+  auto p = test::write_stream_model("prov_replay", c);
+  Ref ref(p);
+  SyntheticRouting s;
+  s.n_layer = 4, s.n_expert = 8, s.k = 2, s.n_hash_layers = 0, s.n_tokens = 300, s.guesses = 0, s.seed = 5;
+  Trace t = synthetic_trace(s);
+  for (PolicyKind pk : {PolicyKind::Lru, PolicyKind::Hot})
+    for (int64_t slots : {3, 7, 16}) {
+      ProviderOptions o;
+      o.budget_slots = slots;
+      o.policy = pk;
+      o.decay_tokens = 4;
+      o.prefetch_hash = o.prefetch_lookahead = o.protect = false;
+      auto prov = ExpertProvider::open(ref.g, o);
+      int64_t pos = -1;
+      for (const auto& r : t.records) {
+        if (r.pos != pos) {
+          pos = r.pos;
+          prov->begin_tokens(std::vector<int32_t>{1});
+        }
+        ExpertLease l = prov->acquire(r.layer, r.experts, 2);
+        while (l.next()) {
+        }
+      }
+      ReplayConfig rc;
+      rc.slots = slots;
+      rc.policy = pk;
+      rc.decay_tokens = 4;
+      ReplayResult rr = replay(t, rc);
+      EXPECT_EQ(prov->stats().misses, rr.misses) << policy_name(pk) << " " << slots;
+      EXPECT_EQ(prov->stats().hits, rr.hits) << policy_name(pk) << " " << slots;
+    }
+}
+
+TEST(StreamProvider, TraceRecordsRoutingAndHints) {
+  auto p = test::write_stream_model("prov_trace", test::stream_config());
+  Ref ref(p);
+  ProviderOptions o;
+  o.trace_path = test::tmp_file("trace.txt");
+  {
+    auto prov = ExpertProvider::open(ref.g, o);
+    prov->begin_tokens(std::vector<int32_t>{4, 9});
+    { ExpertLease l = prov->acquire(1, std::vector<int32_t>{0, 1, 5, 1}, 2); while (l.next()) {} }
+    prov->begin_tokens(std::vector<int32_t>{3});
+    prov->hint(3, std::vector<int32_t>{2, 7, 6});
+    { ExpertLease l = prov->acquire(2, std::vector<int32_t>{6, 4}, 2); while (l.next()) {} }
+  }
+  Trace t = read_trace(o.trace_path);
+  EXPECT_EQ(t.header.n_layer, 4);
+  EXPECT_EQ(t.header.n_expert, 8);
+  EXPECT_EQ(t.header.k, 2);
+  EXPECT_EQ(t.header.n_hash_layers, 1);
+  ASSERT_EQ(t.records.size(), 4u);
+  EXPECT_EQ(t.records[0].pos, 0);
+  EXPECT_EQ(t.records[1].pos, 1);
+  EXPECT_EQ(t.records[1].experts, (std::vector<int32_t>{5, 1}));
+  EXPECT_TRUE(t.records[2].hint);
+  EXPECT_EQ(t.records[2].pos, 2);
+  EXPECT_EQ(t.records[2].layer, 3);
+  EXPECT_EQ(t.records[3].experts, (std::vector<int32_t>{6, 4}));
+}
+
+TEST(StreamProvider, ShortReadIsAnErrorNotZeros) {
+  auto p = test::write_stream_model("prov_short", test::stream_config());
+  Ref ref(p);
+  pack_experts(p, p + ".experts", true);
+  ProviderOptions o;
+  o.io = IoKind::Pread;
+  auto prov = ExpertProvider::open(ref.g, o);
+  fs::resize_file(p + ".experts", fs::file_size(p + ".experts") / 2);  // lose the last layers
+  ExpertLease l = prov->acquire(3, std::vector<int32_t>{6, 7}, 2);
+  try {
+    while (l.next()) {
+    }
+    FAIL() << "read past the end of a truncated packed file succeeded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 3"), std::string::npos) << e.what();
+  }
+}
