@@ -256,7 +256,8 @@ Trace synthetic_trace(const SyntheticRouting& s) {
       });
     }
     for (int64_t il = 0; il < s.n_layer; ++il) {
-      // The guesses for layer il+1 are made while layer il is evaluated.
+      t.records.push_back({false, pos, il, route[static_cast<size_t>(il)]});
+      // The guesses for layer il+1 are made while layer il is evaluated (after its routing).
       const int64_t nl = il + 1;
       if (s.guesses > 0 && nl < s.n_layer && nl >= s.n_hash_layers) {
         const auto& truth = route[static_cast<size_t>(nl)];
@@ -277,7 +278,6 @@ Trace synthetic_trace(const SyntheticRouting& s) {
         }
         t.records.push_back({true, pos, nl, g});
       }
-      t.records.push_back({false, pos, il, route[static_cast<size_t>(il)]});
     }
     prev = route;
   }

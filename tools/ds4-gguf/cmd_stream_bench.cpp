@@ -1,0 +1,195 @@
+// ds4-gguf stream-bench MODEL.gguf: drives the expert cache and its I/O path with routing from
+// a trace or from the benchmark-only synthetic source, without computing anything (or with a
+// fixed emulated compute time per layer), and reports read bandwidth, hit rates, prefetch
+// figures and I/O stall per token. Own file so it can move to ds4-bench.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "command.h"
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "stream/provider.h"
+#include "stream/replay.h"
+
+namespace {
+
+using namespace ds4::stream;
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: ds4-gguf stream-bench MODEL.gguf [options]\n"
+               "  --cache B          host cache: 8GB, 512MiB or N slots (default: 28%% of the experts)\n"
+               "  --policy P         hot | lru (default hot)\n"
+               "  --prefetch LIST    none | all | hash,lookahead,protect (default all)\n"
+               "  --io E             auto | uring | pread (default auto)\n"
+               "  --record-reads     one read per expert (packed file) instead of one per component\n"
+               "  --no-direct        buffered reads (page cache) instead of O_DIRECT\n"
+               "  --packed FILE      packed expert file (default MODEL.gguf.experts if present; '-' = GGUF)\n"
+               "  --compute-us N     emulated compute per layer and token (sleep), for overlap (default 0)\n"
+               "  --trace FILE       routing from a trace; else synthetic: --tokens N (256) --zipf A --reuse P\n"
+               "                     --guesses N --guess-recall Q --seed S (see replay-routing)\n"
+               "  --warmup N         tokens before the clock starts (default 32)\n");
+  return 2;
+}
+
+int cmd_stream_bench(int argc, char** argv) {
+  std::string model, trace_path, cache = "28%", policy = "hot", prefetch = "all", io = "auto", packed;
+  bool record = false, direct = true;
+  int64_t compute_us = 0, warmup = 32;
+  SyntheticRouting syn;
+  syn.n_tokens = 256;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw ds4::Error("stream-bench: " + a + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (a == "--cache") cache = value();
+      else if (a == "--policy") policy = value();
+      else if (a == "--prefetch") prefetch = value();
+      else if (a == "--io") io = value();
+      else if (a == "--record-reads") record = true;
+      else if (a == "--no-direct") direct = false;
+      else if (a == "--packed") packed = value();
+      else if (a == "--compute-us") compute_us = std::stoll(value());
+      else if (a == "--trace") trace_path = value();
+      else if (a == "--tokens") syn.n_tokens = std::stoll(value());
+      else if (a == "--zipf") syn.zipf = std::stod(value());
+      else if (a == "--reuse") syn.reuse = std::stod(value());
+      else if (a == "--guesses") syn.guesses = std::stoll(value());
+      else if (a == "--guess-recall") syn.guess_recall = std::stod(value());
+      else if (a == "--seed") syn.seed = std::stoull(value());
+      else if (a == "--warmup") warmup = std::stoll(value());
+      else if (a == "-h" || a == "--help") return usage();
+      else if (!a.empty() && a[0] == '-') {
+        std::fprintf(stderr, "stream-bench: unknown argument '%s'\n", a.c_str());
+        return usage();
+      } else if (model.empty()) model = a;
+      else return usage();
+    } catch (const std::logic_error&) {
+      std::fprintf(stderr, "stream-bench: bad value for %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (model.empty()) return usage();
+  try {
+    ds4::gguf::File f = ds4::gguf::File::open(model);
+    ProviderOptions o;
+    o.store.packed_path = packed;
+    o.store.direct_io = direct;
+    o.policy = parse_policy(policy);
+    o.io = io == "uring" ? IoKind::Uring : io == "pread" ? IoKind::Pread : IoKind::Auto;
+    o.record_reads = record;
+    o.prefetch_hash = o.prefetch_lookahead = o.protect = false;
+    for (size_t at = 0; at <= prefetch.size();) {
+      size_t c = prefetch.find(',', at);
+      if (c == std::string::npos) c = prefetch.size();
+      const std::string p = prefetch.substr(at, c - at);
+      if (p == "all") o.prefetch_hash = o.prefetch_lookahead = o.protect = true;
+      else if (p == "hash") o.prefetch_hash = true;
+      else if (p == "lookahead") o.prefetch_lookahead = true;
+      else if (p == "protect") o.protect = true;
+      else if (p != "none") throw ds4::Error("stream-bench: unknown prefetch '" + p + "'");
+      at = c + 1;
+    }
+    const ExpertLayout layout = ExpertLayout::from_gguf(f);
+    if (cache.back() == '%') {
+      o.budget_slots = static_cast<int64_t>(std::stod(cache.substr(0, cache.size() - 1)) / 100.0 *
+                                            static_cast<double>(layout.n_layer * layout.n_expert));
+    } else {
+      o.budget_bytes = parse_budget(cache, "--cache", &o.budget_slots);
+    }
+    const bool hash = o.prefetch_hash;
+    o.prefetch_hash = false;  // the bench sends the hash layers' experts itself (from the routing)
+    auto prov = ExpertProvider::open(f, o);
+    const int64_t k = static_cast<int64_t>(f.get_uint("deepseek4.expert_used_count").value_or(6));
+    Trace t;
+    if (!trace_path.empty()) {
+      t = read_trace(trace_path);
+      if (t.header.n_layer != layout.n_layer || t.header.n_expert != layout.n_expert)
+        throw ds4::Error("stream-bench: the trace's geometry differs from the model's");
+    } else {
+      syn.n_layer = layout.n_layer;
+      syn.n_expert = layout.n_expert;
+      syn.k = k;
+      syn.n_hash_layers = prov->n_hash_layers();
+      syn.n_tokens += warmup;
+      t = synthetic_trace(syn);
+    }
+    const ProviderStats zero{};
+    ProviderStats at_start = zero;
+    auto t0 = std::chrono::steady_clock::now();
+    int64_t pos = -1, timed = 0;
+    std::vector<uint64_t> layer_miss(static_cast<size_t>(layout.n_layer), 0);
+    for (const auto& r : t.records) {
+      if (r.pos != pos) {
+        pos = r.pos;
+        if (pos == warmup) {
+          at_start = prov->stats();
+          t0 = std::chrono::steady_clock::now();
+        }
+        if (pos >= warmup) ++timed;
+        // The hash layers' experts are known from the token; here from the trace itself.
+        std::vector<int32_t> dummy = {0};
+        prov->begin_tokens(dummy);
+        if (hash)
+          for (const auto& q : t.records)
+            if (q.pos == pos && !q.hint && q.layer < t.header.n_hash_layers) prov->hint(q.layer, q.experts, kPrefetchHash);
+      }
+      if (r.hint) {
+        prov->hint(r.layer, r.experts, kPrefetchLookahead);
+        continue;
+      }
+      const uint64_t m0 = prov->stats().misses;
+      ExpertLease lease = prov->acquire(r.layer, r.experts, static_cast<int64_t>(r.experts.size()));
+      while (lease.next()) {
+      }
+      if (pos >= warmup) layer_miss[static_cast<size_t>(r.layer)] += prov->stats().misses - m0;
+      if (compute_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(compute_us));
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ProviderStats s = prov->stats();
+    auto d = [](uint64_t a, uint64_t b) { return static_cast<double>(a - b); };
+    const double sel = d(s.hits + s.inflight_hits + s.misses, at_start.hits + at_start.inflight_hits + at_start.misses);
+    const double bytes = d(s.bytes_read, at_start.bytes_read);
+    const ExpertStore& st = prov->store();
+    fmt::print("stream-bench {}: source {} ({}, {}), I/O {}, {} reads per expert, policy {}, prefetch {}, cache {:.2f} GiB "
+               "({} of {} experts at most)\n",
+               model, st.source_path(), st.packed() ? "packed" : "GGUF", st.direct() ? "O_DIRECT" : "buffered: page cache",
+               prov->io_name(), o.record_reads && st.packed() ? 1 : 3, policy, prefetch, s.budget_bytes / 1073741824.0,
+               s.budget_bytes / layout.max_expert_bytes(), layout.n_layer * layout.n_expert);
+    fmt::print("routing: {}; {} timed tokens after {} warm-up, emulated compute {} us per layer\n",
+               trace_path.empty() ? fmt::format("synthetic zipf {} reuse {} guesses {} recall {} seed {}", syn.zipf,
+                                                syn.reuse, syn.guesses, syn.guess_recall, syn.seed)
+                                  : "trace " + trace_path,
+               timed, warmup, compute_us);
+    fmt::print("time {:.3f} s = {:.2f} tokens/s; read {:.3f} GB = {:.3f} GB/s ({:.1f} MB/token); hit {:.2f}%; stall "
+               "{:.2f} ms/token\n",
+               secs, timed / secs, bytes / 1e9, bytes / 1e9 / secs, bytes / 1e6 / timed,
+               100.0 * d(s.hits + s.inflight_hits, at_start.hits + at_start.inflight_hits) / sel,
+               d(s.stall_ns, at_start.stall_ns) / 1e6 / timed);
+    for (int kk = 0; kk < 2; ++kk)
+      fmt::print("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", kk ? "lookahead" : "hash",
+                 s.prefetch_issued[kk] - at_start.prefetch_issued[kk], s.prefetch_useful[kk] - at_start.prefetch_useful[kk],
+                 s.prefetch_wasted[kk] - at_start.prefetch_wasted[kk], s.prefetch_dropped[kk] - at_start.prefetch_dropped[kk]);
+    std::string pl = "misses per token by layer:";
+    for (uint64_t m : layer_miss) pl += fmt::format(" {:.1f}", static_cast<double>(m) / timed);
+    fmt::print("{}\n", pl);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stream-bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+const bool registered = ds4::tools::register_command(
+    {"stream-bench", "MODEL.gguf [--cache ..] [--policy ..] [--prefetch ..] [--io ..]   expert I/O path benchmark",
+     cmd_stream_bench});
+
+}  // namespace
