@@ -210,6 +210,21 @@ def cases():
     out.append(case("empty_conversation", [], note="BOS only"))
     out.append(case("system_only", [SYS], note="no generation prompt after a system message"))
     out.append(case("empty_user_content", [SYS, u("")]))
+    # System turns after the first message (Claude Code sends its environment text this way):
+    # the encoder writes a system message's content as is wherever it appears.
+    envsys = {"role": "system", "content": "<env>cwd: /tmp/x</env>"}
+    out.append(case("mid_system_after_user_thinking", [SYS, u("Hi"), envsys, u("List files")],
+                    note="system turn between two user messages"))
+    out.append(case("mid_system_after_first_user_chat", [u("Hi"), envsys], thinking="none",
+                    note="trailing system turn: no generation prompt"))
+    out.append(case("mid_system_after_assistant_thinking",
+                    [SYS, u("Hi"), a("Hello!", "greet"), envsys, u("Next")],
+                    note="system turn after an assistant's end of sentence"))
+    out.append(case("mid_system_in_tool_loop",
+                    [SYS, u("Weather?"),
+                     a("", "call it", tool_calls=[tc("ms1", "get_weather", {"city": "Oslo"})]),
+                     tool("ms1", "cold"), envsys, a("Cold.", "answer")], tools=[WEATHER],
+                    note="system turn between a tool result and the assistant's reply"))
     out.append(case("chat_trailing_tool_result_generation",
                     [u("Search"), a("", tool_calls=[tc("q1", "search", {"queries": "z"})]), tool("q1", "result")],
                     thinking="none", tools=[SEARCH]))
