@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <iterator>
+#include <optional>
 #include <random>
 
 #include "chat/dsml_parser.h"
@@ -185,7 +187,7 @@ class EventMapper {
     GenEvent e;
     e.kind = GenEvent::Kind::Reasoning;
     e.text = t;
-    job_.push(std::move(e));
+    emit(std::move(e));
   }
   void add_logprob(LogprobEntry e) { pending_lp_.push_back(std::move(e)); }
 
@@ -207,7 +209,7 @@ class EventMapper {
         block_ids_.push_back(cur_id_);
         args_.clear();
         in_invoke_ = true;
-        job_.push(std::move(e));
+        emit(std::move(e));
         return false;
       }
       case K::Parameter: {
@@ -241,7 +243,7 @@ class EventMapper {
         e.tool_id = cur_id_;
         e.tool_name = ev.name;
         e.text = ev.text;
-        job_.push(std::move(e));
+        emit(std::move(e));
         return false;
       }
       case K::ToolCallsEnd:
@@ -257,7 +259,18 @@ class EventMapper {
     return false;
   }
 
-  void finish_text() { emit_text(stops_.flush()); flush_text(); }
+  void finish_text() {
+    emit_text(stops_.flush());
+    flush_text();
+    end_token();
+  }
+  // The events of one token are merged (consecutive text, reasoning or argument pieces become
+  // one event) and sent here, once the token's text has been fed. Without it a client would
+  // get one SSE delta per character wherever the DSML parser is fed character by character.
+  void end_token() {
+    if (pending_) job_.push(std::move(*pending_));
+    pending_.reset();
+  }
 
   // Called with each generated UTF-8 character before the parser sees it: streams parameter
   // values of the open invoke as argument deltas while they are generated. Characters that
@@ -336,7 +349,7 @@ class EventMapper {
     e.text = std::move(t);
     e.logprobs = std::move(pending_lp_);
     pending_lp_.clear();
-    job_.push(std::move(e));
+    emit(std::move(e));
   }
   void flush_text() {
     if (pending_lp_.empty()) return;
@@ -344,7 +357,7 @@ class EventMapper {
     e.kind = GenEvent::Kind::Text;
     e.logprobs = std::move(pending_lp_);
     pending_lp_.clear();
-    job_.push(std::move(e));
+    emit(std::move(e));
   }
   void push_args(std::string delta) {
     GenEvent e;
@@ -352,7 +365,26 @@ class EventMapper {
     e.tool_index = n_tools_;
     e.tool_id = cur_id_;
     e.text = std::move(delta);
-    job_.push(std::move(e));
+    emit(std::move(e));
+  }
+  static bool mergeable(GenEvent::Kind k) {
+    return k == GenEvent::Kind::Text || k == GenEvent::Kind::Reasoning || k == GenEvent::Kind::ToolArgs;
+  }
+  // Appends to the pending event when it is of the same kind (and tool), else sends the
+  // pending one first; events that are not pieces of a stream go out at once, in order.
+  void emit(GenEvent e) {
+    if (pending_ && pending_->kind == e.kind && mergeable(e.kind) && pending_->tool_index == e.tool_index) {
+      pending_->text += e.text;
+      pending_->logprobs.insert(pending_->logprobs.end(), std::make_move_iterator(e.logprobs.begin()),
+                                std::make_move_iterator(e.logprobs.end()));
+      return;
+    }
+    end_token();
+    if (mergeable(e.kind)) {
+      pending_ = std::move(e);
+    } else {
+      job_.push(std::move(e));
+    }
   }
 
   Job& job_;
@@ -370,6 +402,7 @@ class EventMapper {
   std::string value_raw_, held_;
   bool in_reasoning_ = false;
   bool parse_error_ = false;
+  std::optional<GenEvent> pending_;
 };
 
 }  // namespace
@@ -495,6 +528,7 @@ void Worker::run(Job& job) {
     }
     gate.feed(piece);
     feed_text(piece);
+    mapper.end_token();
     if (dsml && !parser.failed()) {
       // ReasoningEnd may have arrived inside feed_text.
     }
@@ -528,6 +562,7 @@ void Worker::run(Job& job) {
     metrics_.count_cancelled();
   }
   if (mapper.n_tools() > 0 && (finish == Finish::Stop)) finish = Finish::ToolCalls;
+  mapper.end_token();  // cancelled: whatever the last token produced still goes out before Done
 
   double gen_s = std::chrono::duration<double>(Clock::now() - t1).count();
   usage.completion_tokens = n;

@@ -19,6 +19,8 @@ constexpr int32_t kEos = 256;
 class FakeModel : public InferenceModel {
  public:
   std::string script;
+  // When set, generation replays these multi-byte tokens (ids 1000 + i) instead of `script`.
+  std::vector<std::string> pieces;
   std::vector<std::optional<float>> temperatures;
   int64_t evaluated = 0;
   std::atomic<int> sampled{0};
@@ -30,7 +32,10 @@ class FakeModel : public InferenceModel {
     for (unsigned char c : text) ids.push_back(c);
     return ids;
   }
-  std::string piece(int32_t id) const override { return id == kEos ? std::string() : std::string(1, static_cast<char>(id)); }
+  std::string piece(int32_t id) const override {
+    if (id >= 1000) return pieces.at(static_cast<size_t>(id - 1000));
+    return id == kEos ? std::string() : std::string(1, static_cast<char>(id));
+  }
   bool is_stop(int32_t id) const override { return id == kEos; }
   std::string model_name() const override { return "fake"; }
   const std::vector<int32_t>& tokens() const override { return tokens_; }
@@ -47,6 +52,7 @@ class FakeModel : public InferenceModel {
     if (sample_delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(sample_delay_ms));
     temperatures.push_back(o.temperature);
     ++sampled;
+    if (!pieces.empty()) return pos_ < pieces.size() ? static_cast<int32_t>(1000 + pos_++) : kEos;
     return pos_ < script.size() ? static_cast<unsigned char>(script[pos_++]) : kEos;
   }
   Logprobs logprobs(int32_t chosen, int32_t n_top) const override {
@@ -180,6 +186,35 @@ TEST(ServerWorker, ReasoningThenToolCall) {
   for (const auto& t : h.model.temperatures) pattern += t.has_value() && *t == 0.0f ? '1' : '0';
   const size_t close = chat::mark::kParamClose.size();
   EXPECT_EQ(greedy, total - lead - (std::string("Par\"is").size() + close) - (1 + close)) << pattern;
+}
+
+// The DSML parser is fed one character at a time; what one token produced still goes out as
+// one event per kind (one SSE delta per token, not per character).
+TEST(ServerWorker, OneEventPerTokenAndKind) {
+  Harness h;
+  h.model.pieces = {"Think", "ing done", "</think>", "Hello", " world, ", "this is", " text.",
+                    "\n\n<｜DSML｜tool_calls>\n", "<｜DSML｜invoke name=\"get\">\n",
+                    "<｜DSML｜parameter name=\"city\" string=\"true\">", "Par", "is and",
+                    " more</｜DSML｜parameter>\n", "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"};
+  auto j = h.job("<｜User｜>q<｜Assistant｜><think>", true);
+  j->starts_in_reasoning = true;
+  auto evs = h.run(j);
+  auto texts = [&](GenEvent::Kind k) {
+    std::vector<std::string> out;
+    for (const auto& e : evs) {
+      if (e.kind == k) out.push_back(e.text);
+    }
+    return out;
+  };
+  EXPECT_EQ(texts(GenEvent::Kind::Reasoning), (std::vector<std::string>{"Think", "ing done"}));
+  EXPECT_EQ(texts(GenEvent::Kind::Text), (std::vector<std::string>{"Hello", " world, ", "this is", " text."}));
+  // The header token opens the value, each value token is one delta, the closing tag's token
+  // adds the quote to its text, the last token closes the object.
+  EXPECT_EQ(texts(GenEvent::Kind::ToolArgs),
+            (std::vector<std::string>{"{\"city\": \"", "Par", "is and", " more\"", "}"}));
+  EXPECT_EQ(texts(GenEvent::Kind::ToolEnd), (std::vector<std::string>{"{\"city\": \"Paris and more\"}"}));
+  EXPECT_EQ(evs.back().finish, Finish::ToolCalls);
+  EXPECT_EQ(evs.back().usage.completion_tokens, static_cast<int64_t>(h.model.pieces.size()));
 }
 
 TEST(ServerWorker, StreamedValuesWithTagLikeTextAndEscapes) {
