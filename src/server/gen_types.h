@@ -31,6 +31,7 @@ struct GenRequest {
   std::vector<std::string> stop;
   SamplerConfig sampling;
   int32_t top_logprobs = -1;   // >= 0: report logprobs with that many alternatives
+  int64_t prompt_tokens = 0;   // set once the prompt is tokenized (streams announce it first)
 };
 
 // Token accounting reported in every response.

@@ -48,6 +48,7 @@ void prepare_job(ApiKind api, std::string_view body_text, const ParseContext& pc
                                n, n_ctx, n - n_ctx + 1),
                    "messages", "context_length_exceeded");
   }
+  g.prompt_tokens = n;  // writers announce it before prefill (Anthropic message_start)
   job.max_tokens = g.max_tokens > 0 ? g.max_tokens : pctx.default_max_tokens;
 }
 

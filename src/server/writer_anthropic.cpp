@@ -1,6 +1,8 @@
 // Anthropic Messages API: the message object and its streamed events (message_start,
 // content_block_start / delta / stop for thinking, text and tool_use, message_delta with
-// usage, message_stop). Usage: input_tokens excludes cache reads, as Anthropic counts.
+// usage, message_stop). Usage: input_tokens excludes cache reads, as Anthropic counts;
+// message_start announces the whole prompt as input_tokens (the cached part is known only
+// after prefill) and message_delta the final split.
 #include "server/api_error.h"
 #include "server/writer_impl.h"
 
@@ -31,7 +33,9 @@ class MessagesWriter final : public ApiWriter {
              {"content", json::array()},
              {"stop_reason", nullptr},
              {"stop_sequence", nullptr},
-             {"usage", {{"input_tokens", 0}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0},
+             // The prompt's size is known before prefill; how much of it the live session
+             // already holds is not, so message_delta carries the final split.
+             {"usage", {{"input_tokens", req_.prompt_tokens}, {"output_tokens", 0}, {"cache_creation_input_tokens", 0},
                         {"cache_read_input_tokens", 0}}}};
     return event("message_start", {{"message", msg}});
   }

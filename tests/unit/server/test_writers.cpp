@@ -237,6 +237,7 @@ TEST(ServerWriters, ResponsesIncompleteAndFailed) {
 
 TEST(ServerWriters, AnthropicStream) {
   GenRequest r = req(ApiKind::Messages);
+  r.prompt_tokens = 100;
   auto w = make_writer(r, "msg_1", 7);
   auto evs = parse_sse(run(*w, tool_script()));
   std::vector<std::string> types;
@@ -251,6 +252,9 @@ TEST(ServerWriters, AnthropicStream) {
       "content_block_start", "content_block_delta", "content_block_delta", "content_block_stop",
       "message_delta", "message_stop"};
   EXPECT_EQ(types, want);
+  // The prompt's size goes out with message_start (it is known before prefill); the split
+  // into cached and uncached tokens comes with message_delta.
+  EXPECT_EQ(evs[0].data["message"]["usage"]["input_tokens"], 100);
   EXPECT_EQ(evs[1].data["content_block"]["type"], "thinking");
   EXPECT_EQ(evs[2].data["delta"]["type"], "thinking_delta");
   EXPECT_EQ(evs[6].data["delta"], json({{"type", "text_delta"}, {"text", "Let me see."}}));
