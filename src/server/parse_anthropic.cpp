@@ -1,5 +1,6 @@
 // Anthropic /v1/messages request bodies: content blocks → chat messages (tool_result blocks
-// become tool messages, tool_use blocks assistant tool calls, thinking blocks reasoning).
+// become tool messages, tool_use blocks assistant tool calls, thinking blocks reasoning,
+// system turns inside `messages` system messages where they stand).
 #include <fmt/format.h>
 
 #include "chat/openai_parse.h"
@@ -167,8 +168,12 @@ GenRequest parse_messages(const Json& body, const ParseContext& ctx) {
       user_message(*content, p + ".content", messages);
     } else if (*role == "assistant") {
       assistant_message(*content, p + ".content", messages);
+    } else if (*role == "system") {
+      // A system turn after the first message (Claude Code sends its environment this way). It
+      // renders where it stands, as DeepSeek's encoder writes a later system message.
+      messages.push_back(Json{{"role", "system"}, {"content", text_blocks(*content, p + ".content")}});
     } else {
-      bad(p + ".role", fmt::format("unknown role '{}' (user, assistant)", *role));
+      bad(p + ".role", fmt::format("unknown role '{}' (user, assistant, system)", *role));
     }
   }
   Json chat_req = Json::object();
@@ -184,6 +189,7 @@ GenRequest parse_messages(const Json& body, const ParseContext& ctx) {
   } catch (const std::exception& e) {
     throw ApiError(400, fmt::format("messages: {}", client_message(e)), "messages");
   }
+  fold_late_system_turns(*r.conversation);
   attach_tool_blocks(*r.conversation, ctx);
   return r;
 }

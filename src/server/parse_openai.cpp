@@ -63,6 +63,7 @@ GenRequest parse_chat_completions(const Json& body, const ParseContext& ctx) {
     has_tools = has_tools || !m.tools.empty();
   }
   r.tools_enabled = has_tools;
+  fold_late_system_turns(*r.conversation);
   attach_tool_blocks(*r.conversation, ctx);
   return r;
 }

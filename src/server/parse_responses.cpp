@@ -177,6 +177,7 @@ GenRequest parse_responses(const Json& body, const ParseContext& ctx) {
   } catch (const std::exception& e) {
     throw ApiError(400, fmt::format("input: {}", client_message(e)), "input");
   }
+  fold_late_system_turns(*r.conversation);
   attach_tool_blocks(*r.conversation, ctx);
   return r;
 }

@@ -129,48 +129,119 @@ std::vector<std::string> parse_stop(const Json& body, const char* name) {
 
 namespace {
 
-chat::ThinkingMode effort_mode(const std::string& effort, const std::string& field_name) {
-  if (effort == "none") return chat::ThinkingMode::None;
-  if (effort == "max") return chat::ThinkingMode::Max;
-  if (effort == "minimal" || effort == "low" || effort == "medium" || effort == "high" || effort == "xhigh") {
-    return chat::ThinkingMode::High;
+// Effort names of the OpenAI, Responses and Anthropic APIs, mapped as DeepSeek's API maps them
+// onto V4's two levels: "max" (and DeepSeek's "ultra") → Think-Max, "none" → off, anything
+// else → high. nullopt: the field was null (no change).
+std::optional<chat::ThinkingMode> effort_of(const Json& obj, const char* name, const std::string& path,
+                                            bool allow_none) {
+  const Json* e = field(obj, name);
+  if (!e) return std::nullopt;
+  if (!e->is_string()) bad(path, fmt::format("expected a string, got {}", type_name(*e)));
+  const std::string& v = e->get_ref<const std::string&>();
+  if (v == "max" || v == "ultra") return chat::ThinkingMode::Max;
+  if (allow_none && v == "none") return chat::ThinkingMode::None;
+  if (v == "minimal" || v == "low" || v == "medium" || v == "high" || v == "xhigh") return chat::ThinkingMode::High;
+  bad(path, fmt::format("unknown effort '{}' ({}minimal, low, medium, high, xhigh, max)", v, allow_none ? "none, " : ""));
+}
+
+// `thinking` of DeepSeek's OpenAI format and of Anthropic's: {"type": "enabled" | "disabled"},
+// Anthropic also "adaptive" and budget_tokens. nullopt when absent or null.
+std::optional<bool> thinking_switch(const Json& body, bool anthropic) {
+  const Json* t = field(body, "thinking");
+  if (!t) return std::nullopt;
+  if (!t->is_object()) bad("thinking", fmt::format("expected an object, got {}", type_name(*t)));
+  auto type = opt_string(*t, "type");
+  if (!type) bad("thinking.type", "missing");
+  if (anthropic) {
+    if (const Json* b = field(*t, "budget_tokens"); b && !b->is_number_integer() && !b->is_number_unsigned()) {
+      bad("thinking.budget_tokens", fmt::format("expected an integer, got {}", type_name(*b)));
+    }
   }
-  bad(field_name, fmt::format("unknown effort '{}' (none, minimal, low, medium, high, xhigh, max)", effort));
+  if (*type == "disabled") return false;
+  if (*type == "enabled" || *type == "adaptive") return true;
+  bad("thinking.type", fmt::format("unknown value '{}' (enabled, adaptive, disabled)", *type));
 }
 
 }  // namespace
 
 void parse_thinking(const Json& body, const ParseContext& ctx, const std::string& model, GenRequest& r) {
-  chat::ThinkingMode mode = chat::ThinkingMode::High;  // ds4 defaults to thinking
-  if (model == "deepseek-chat") mode = chat::ThinkingMode::None;
-  if (model == "deepseek-reasoner") mode = chat::ThinkingMode::High;
-  if (auto e = opt_string(body, "reasoning_effort")) mode = effort_mode(*e, "reasoning_effort");
-  if (const Json* reasoning = field(body, "reasoning")) {
-    if (!reasoning->is_object()) bad("reasoning", fmt::format("expected an object, got {}", type_name(*reasoning)));
-    const Json* e = field(*reasoning, "effort");
-    if (e) {
-      if (!e->is_string()) bad("reasoning.effort", fmt::format("expected a string, got {}", type_name(*e)));
-      mode = effort_mode(e->get<std::string>(), "reasoning.effort");
-    }
+  // Each API reads its own controls. `enabled` is the on/off switch, `effort` the level; as in
+  // DeepSeek's API an effort of "none" turns thinking off and "max" asks for Think-Max.
+  std::optional<bool> enabled;
+  std::optional<chat::ThinkingMode> effort;
+  bool default_on = true;
+  switch (r.api) {
+    case ApiKind::Chat:
+      // DeepSeek's OpenAI format: thinking {type}, reasoning_effort; also the OpenRouter-style
+      // reasoning {effort} and Ollama's think: bool that OpenAI-compatible clients send.
+      enabled = thinking_switch(body, false);
+      if (auto t = opt_bool(body, "think")) enabled = *t;
+      if (const Json* rs = field(body, "reasoning")) {
+        if (!rs->is_object()) bad("reasoning", fmt::format("expected an object, got {}", type_name(*rs)));
+        effort = effort_of(*rs, "effort", "reasoning.effort", true);
+      }
+      if (auto e = effort_of(body, "reasoning_effort", "reasoning_effort", true)) effort = e;
+      break;
+    case ApiKind::Responses:
+      // reasoning {effort, summary}; "none" turns it off.
+      if (const Json* rs = field(body, "reasoning")) {
+        if (!rs->is_object()) bad("reasoning", fmt::format("expected an object, got {}", type_name(*rs)));
+        effort = effort_of(*rs, "effort", "reasoning.effort", true);
+      }
+      break;
+    case ApiKind::Messages:
+      // Anthropic: no thinking unless the request asks for it (thinking {type: enabled |
+      // adaptive}); output_config {effort} sets the level.
+      default_on = false;
+      enabled = thinking_switch(body, true);
+      if (const Json* oc = field(body, "output_config")) {
+        if (!oc->is_object()) bad("output_config", fmt::format("expected an object, got {}", type_name(*oc)));
+        effort = effort_of(*oc, "effort", "output_config.effort", false);
+      }
+      break;
+    case ApiKind::Completions: break;
   }
-  if (const Json* t = field(body, "thinking")) {
-    if (!t->is_object()) bad("thinking", fmt::format("expected an object, got {}", type_name(*t)));
-    auto type = opt_string(*t, "type");
-    if (!type) bad("thinking.type", "missing");
-    if (*type == "disabled") {
-      mode = chat::ThinkingMode::None;
-    } else if (*type == "enabled" || *type == "adaptive") {
-      if (mode == chat::ThinkingMode::None) mode = chat::ThinkingMode::High;
-    } else {
-      bad("thinking.type", fmt::format("unknown value '{}' (enabled, disabled)", *type));
-    }
-  }
-  if (auto think = opt_bool(body, "think")) {
-    if (!*think) mode = chat::ThinkingMode::None;
-    else if (mode == chat::ThinkingMode::None) mode = chat::ThinkingMode::High;
-  }
+  // Model aliases decide only when the request has no switch of its own (as ds4).
+  if (!enabled && model == "deepseek-chat") enabled = false;
+  if (!enabled && model == "deepseek-reasoner") enabled = true;
+  bool on = enabled.value_or(default_on);
+  chat::ThinkingMode mode = chat::ThinkingMode::High;
+  if (effort) mode = *effort;
+  if (!on) mode = chat::ThinkingMode::None;
+  if (effort == chat::ThinkingMode::None) mode = chat::ThinkingMode::None;
   r.render.thinking = mode;
   r.render.context_size = static_cast<uint64_t>(ctx.n_ctx);
+}
+
+void fold_late_system_turns(chat::Conversation& conv) {
+  auto& ms = conv.messages;
+  auto plain_system = [](const chat::Message& m) {
+    return m.role == chat::Role::System && m.tools.empty() && !m.response_format;
+  };
+  for (size_t i = 1; i < ms.size();) {
+    if (!plain_system(ms[i])) {
+      ++i;
+      continue;
+    }
+    // Only where the encoder would leave the assistant without its transition: the run of
+    // system turns ends the conversation or is followed by the assistant (or a reminder).
+    // Before a user turn the encoder's bytes are already right (that turn opens with its marker).
+    size_t k = i;
+    while (k < ms.size() && plain_system(ms[k])) ++k;
+    bool needs_transition = k == ms.size() || ms[k].role == chat::Role::Assistant ||
+                            ms[k].role == chat::Role::LatestReminder;
+    chat::Message& prev = ms[i - 1];
+    if (needs_transition && prev.role == chat::Role::User && prev.task == chat::Task::None) {
+      prev.content = prev.content.value_or("") + ms[i].content.value_or("");
+      ms.erase(ms.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    if (needs_transition && prev.role == chat::Role::Tool) {
+      ms[i].role = chat::Role::User;
+      if (!ms[i].content) ms[i].content = "";
+    }
+    ++i;
+  }
 }
 
 void attach_tool_blocks(chat::Conversation& conv, const ParseContext& ctx) {

@@ -28,9 +28,20 @@ std::string check_model(const chat::Json& body, const ParseContext& ctx);
 void parse_sampling(const chat::Json& body, GenRequest& r);
 // "stop" / "stop_sequences": a string or an array of strings (empty strings dropped).
 std::vector<std::string> parse_stop(const chat::Json& body, const char* name);
-// Thinking switches: model alias, reasoning_effort / reasoning.effort ("none" off, "max" Think-Max),
-// thinking {"type": "enabled"|"disabled"}, think: bool.
+// Thinking controls of r.api (set it first), documented in docs/CLIENTS.md: chat completions
+// thinking {type}, reasoning_effort, reasoning.effort, think; responses reasoning.effort;
+// messages thinking {type} and output_config.effort. Off by default for messages only;
+// "none" efforts turn it off, "max" asks for Think-Max; deepseek-chat / -reasoner aliases
+// decide when the request has no switch.
 void parse_thinking(const chat::Json& body, const ParseContext& ctx, const std::string& model, GenRequest& r);
+// System turns after the first message. DeepSeek's encoder writes a system message's content
+// as is wherever it stands, and writes the "<｜Assistant｜>" transition only after a user turn
+// that the assistant directly follows; so a conversation ending in a system turn after a user
+// turn (Claude Code sends [user, system]) would get no generation prompt. Where that would
+// happen (the system turns end the conversation or precede the assistant), the system text is
+// appended to the user turn before it: the encoder's exact bytes, plus the transition. After
+// tool results it becomes a user block instead. Elsewhere system turns are left as they are.
+void fold_late_system_turns(chat::Conversation& conv);
 // Sets raw_tool_block on assistant messages whose tool-call ids have a recorded block.
 void attach_tool_blocks(chat::Conversation& conv, const ParseContext& ctx);
 // "auto" / "none" / "required" / {"type": ...}: false only for "none".

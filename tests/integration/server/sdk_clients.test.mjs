@@ -205,10 +205,15 @@ test('anthropic messages: non-streamed and streamed', async () => {
   assert.equal(m.usage.output_tokens, 6);
   assert.equal(typeof m.usage.cache_read_input_tokens, 'number');
 
+  // Anthropic's API thinks only when asked (thinking.type enabled or adaptive); so does ours.
   const s = an.messages.stream({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'REPLYTEST' }],
-    stop_sequences: ['STOP'] });
+    stop_sequences: ['STOP'], thinking: { type: 'adaptive' } });
   const kinds = [];
-  s.on('streamEvent', (e) => kinds.push(e.type));
+  let startUsage;
+  s.on('streamEvent', (e) => {
+    kinds.push(e.type);
+    if (e.type === 'message_start') startUsage = structuredClone(e.message.usage);
+  });
   const fm = await s.finalMessage();
   assert.deepEqual(fm.content.map((b) => b.type), ['thinking', 'text']);
   assert.equal(fm.content[0].thinking, 'Thinking about it.');
@@ -217,11 +222,20 @@ test('anthropic messages: non-streamed and streamed', async () => {
   assert.equal(fm.stop_sequence, 'STOP');
   assert.equal(kinds[0], 'message_start');
   assert.equal(kinds.at(-1), 'message_stop');
+  // message_start already carries the prompt's size; message_delta splits it into cached and not.
+  assert.equal(startUsage.input_tokens, fm.usage.input_tokens + fm.usage.cache_read_input_tokens);
+  assert.ok(startUsage.input_tokens > 3);
+
+  // Said nothing about thinking: no thinking block, the scripted text is all answer.
+  const plain = await an.messages.create({ model: MODEL, max_tokens: 100, messages: [{ role: 'user', content: 'REPLYTEST' }] });
+  assert.deepEqual(plain.content.map((b) => b.type), ['text']);
+  assert.equal(plain.content[0].text, 'Thinking about it.</think>The answer is 42. STOP here.');
 });
 
 test('anthropic messages: streamed tool_use, then tool_result continues from the cache', async () => {
   const tools = [{ name: 'get_weather', description: 'forecast', input_schema: weatherTool.function.parameters }];
-  const s = an.messages.stream({ model: MODEL, max_tokens: 200, tools, messages: [{ role: 'user', content: 'TOOLTEST now' }] });
+  const thinking = { type: 'enabled', budget_tokens: 1024 };
+  const s = an.messages.stream({ model: MODEL, max_tokens: 200, tools, thinking, messages: [{ role: 'user', content: 'TOOLTEST now' }] });
   const fm = await s.finalMessage();
   assert.equal(fm.stop_reason, 'tool_use');
   const tu = fm.content.find((b) => b.type === 'tool_use');
@@ -230,7 +244,7 @@ test('anthropic messages: streamed tool_use, then tool_result continues from the
   assert.deepEqual(tu.input, { city: 'Paris', days: 3 });
   const before = await metrics(srv);
   const m2 = await an.messages.create({
-    model: MODEL, max_tokens: 200, tools,
+    model: MODEL, max_tokens: 200, tools, thinking,
     messages: [
       { role: 'user', content: 'TOOLTEST now' },
       { role: 'assistant', content: fm.content },

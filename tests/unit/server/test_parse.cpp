@@ -2,6 +2,10 @@
 // of each API's shapes onto the chat conversation, thinking switches and sampling fields.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
+#include "chat/renderer.h"
 #include "server/api_error.h"
 #include "server/request_parse.h"
 
@@ -62,6 +66,52 @@ TEST(ServerParse, ChatFields) {
   EXPECT_EQ(r.top_logprobs, 4);
   EXPECT_EQ(r.render.thinking, chat::ThinkingMode::None);  // deepseek-chat alias
   EXPECT_EQ(r.model, "deepseek-chat");
+}
+
+// Each API's own reasoning controls; the default when a request says nothing is on (high)
+// for chat completions and responses (DeepSeek's API, ds4) and off for messages (Anthropic's).
+TEST(ServerParse, ThinkingDefaultsAndControlsPerApi) {
+  using M = chat::ThinkingMode;
+  auto chat_mode = [](const char* extra) {
+    return parse_chat_completions(Json::parse(std::string(R"({"messages":[{"role":"user","content":"x"}])") + extra + "}"), ctx())
+        .render.thinking;
+  };
+  auto resp_mode = [](const char* extra) {
+    return parse_responses(Json::parse(std::string(R"({"input":"x")") + extra + "}"), ctx()).render.thinking;
+  };
+  auto msg_mode = [](const char* extra) {
+    return parse_messages(Json::parse(std::string(R"({"max_tokens":9,"messages":[{"role":"user","content":"x"}])") + extra + "}"), ctx())
+        .render.thinking;
+  };
+  EXPECT_EQ(chat_mode(""), M::High);
+  EXPECT_EQ(resp_mode(""), M::High);
+  EXPECT_EQ(msg_mode(""), M::None);
+  // Chat completions: thinking {type}, reasoning_effort, reasoning.effort, think.
+  EXPECT_EQ(chat_mode(R"(,"thinking":{"type":"enabled"},"reasoning_effort":"none")"), M::None);
+  EXPECT_EQ(chat_mode(R"(,"thinking":{"type":"disabled"},"reasoning_effort":"max")"), M::None);
+  EXPECT_EQ(chat_mode(R"(,"reasoning":{"effort":"max"})"), M::Max);
+  EXPECT_EQ(chat_mode(R"(,"reasoning_effort":"ultra")"), M::Max);
+  EXPECT_EQ(chat_mode(R"(,"reasoning_effort":null)"), M::High);
+  EXPECT_EQ(chat_mode(R"(,"model":"deepseek-chat","thinking":{"type":"enabled"})"), M::High);
+  // Responses: reasoning.effort only; "none" off. Controls of the other APIs are not read.
+  EXPECT_EQ(resp_mode(R"(,"reasoning":{"effort":"none"})"), M::None);
+  EXPECT_EQ(resp_mode(R"(,"reasoning":{"effort":"low","summary":"auto"})"), M::High);
+  EXPECT_EQ(resp_mode(R"(,"reasoning":{"effort":"max"})"), M::Max);
+  EXPECT_EQ(resp_mode(R"(,"reasoning":{"effort":null})"), M::High);
+  EXPECT_EQ(resp_mode(R"(,"model":"deepseek-chat")"), M::None);
+  // Messages: thinking {type: enabled | adaptive | disabled, budget_tokens}, output_config.effort.
+  EXPECT_EQ(msg_mode(R"(,"thinking":{"type":"enabled","budget_tokens":1024})"), M::High);
+  EXPECT_EQ(msg_mode(R"(,"thinking":{"type":"adaptive"},"output_config":{"effort":"high"})"), M::High);
+  EXPECT_EQ(msg_mode(R"(,"thinking":{"type":"adaptive"},"output_config":{"effort":"max"})"), M::Max);
+  EXPECT_EQ(msg_mode(R"(,"output_config":{"effort":"max"})"), M::None);  // effort alone does not switch it on
+  EXPECT_EQ(msg_mode(R"(,"thinking":{"type":"disabled"})"), M::None);
+  EXPECT_EQ(msg_mode(R"(,"model":"deepseek-reasoner")"), M::High);
+  EXPECT_EQ(error_of([] { parse_messages(Json::parse(R"({"max_tokens":9,"messages":[{"role":"user","content":"x"}],"output_config":{"effort":"none"}})"), ctx()); }).param(),
+            "output_config.effort");
+  EXPECT_EQ(error_of([] { parse_messages(Json::parse(R"({"max_tokens":9,"messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled","budget_tokens":"many"}})"), ctx()); }).param(),
+            "thinking.budget_tokens");
+  EXPECT_EQ(error_of([] { parse_responses(Json::parse(R"({"input":"x","reasoning":{"effort":"extreme"}})"), ctx()); }).param(),
+            "reasoning.effort");
 }
 
 TEST(ServerParse, ThinkingSwitches) {
@@ -213,14 +263,72 @@ TEST(ServerParse, AnthropicMessages) {
   EXPECT_EQ(error_of([] { parse_messages(Json::parse(R"({"messages":[{"role":"user","content":"x"}]})"), ctx()); }).param(),
             "max_tokens");
   EXPECT_EQ(error_of([] {
-              parse_messages(Json::parse(R"({"max_tokens":1,"messages":[{"role":"system","content":"x"}]})"), ctx());
+              parse_messages(Json::parse(R"({"max_tokens":1,"messages":[{"role":"tool","content":"x"}]})"), ctx());
             }).param(),
             "messages[0].role");
+  EXPECT_EQ(error_of([] {
+              parse_messages(Json::parse(R"({"max_tokens":1,"messages":[{"role":"system","content":[{"type":"image"}]}]})"), ctx());
+            }).param(),
+            "messages[0].content[0].type");
   EXPECT_EQ(error_of([] {
               parse_messages(Json::parse(R"({"max_tokens":1,"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"a","name":"n","input":[1]}]}]})"),
                              ctx());
             }).param(),
             "messages[0].content[0].input");
+}
+
+// The encoder's expected prompt for a case of tests/fixtures/chat/render_cases.json.
+std::string encoder_expected(const std::string& name) {
+  std::ifstream f(std::string(DS4_FIXTURES_DIR) + "/chat/render_cases.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  Json all = Json::parse(ss.str());
+  for (const auto& c : all["cases"]) {
+    if (c["name"] == name) return c["expected"].get<std::string>();
+  }
+  ADD_FAILURE() << "no fixture case " << name;
+  return {};
+}
+
+std::string render_messages(const char* body) {
+  GenRequest r = parse_messages(Json::parse(body), ctx());
+  return chat::render_prompt(*r.conversation, r.render);
+}
+
+// Claude Code's mid-conversation system turns, checked against DeepSeek's encoder on the same
+// conversations (fixture cases mid_system_*). Where the encoder writes no assistant transition
+// (the system turn ends the conversation or precedes the assistant) ours adds it.
+TEST(ServerParse, AnthropicSystemTurnsRenderAsTheEncoder) {
+  const std::string sys = R"("system":"You are a helpful assistant.",)";
+  EXPECT_EQ(render_messages((R"({"max_tokens":9,"thinking":{"type":"enabled"},)" + sys + R"("messages":[
+      {"role":"user","content":"Hi"},{"role":"system","content":[{"type":"text","text":"<env>cwd: /tmp/x</env>"}]},
+      {"role":"user","content":"List files"}]})").c_str()),
+            encoder_expected("mid_system_after_user_thinking"));
+  EXPECT_EQ(render_messages(R"({"max_tokens":9,"thinking":{"type":"enabled"},"system":"You are a helpful assistant.","messages":[
+      {"role":"user","content":"Hi"},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"greet","signature":""},{"type":"text","text":"Hello!"}]},
+      {"role":"system","content":"<env>cwd: /tmp/x</env>"},{"role":"user","content":"Next"}]})"),
+            encoder_expected("mid_system_after_assistant_thinking"));
+  // Trailing system turn (what Claude Code sends): the encoder's bytes, then the generation prompt.
+  EXPECT_EQ(render_messages(R"({"max_tokens":9,"messages":[
+      {"role":"user","content":"Hi"},{"role":"system","content":"<env>cwd: /tmp/x</env>"}]})"),
+            encoder_expected("mid_system_after_first_user_chat") + "<｜Assistant｜></think>");
+  // Between a tool result and the assistant: the encoder glues the text to </tool_result> and
+  // writes no transition; ours makes it a user block ("\n\n"-joined) followed by the transition.
+  std::string want = encoder_expected("mid_system_in_tool_loop");
+  const std::string glued = "</tool_result><env>cwd: /tmp/x</env>";
+  ASSERT_NE(want.find(glued), std::string::npos);
+  want.replace(want.find(glued), glued.size(), "</tool_result>\n\n<env>cwd: /tmp/x</env><｜Assistant｜><think>");
+  EXPECT_EQ(render_messages(R"({"max_tokens":9,"thinking":{"type":"enabled"},"system":"You are a helpful assistant.",
+      "tools":[{"name":"get_weather","description":"Get the current weather for a city.","input_schema":{"type":"object",
+        "properties":{"city":{"type":"string","description":"City name"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},
+        "required":["city"]}}],
+      "messages":[{"role":"user","content":"Weather?"},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"call it"},{"type":"tool_use","id":"ms1","name":"get_weather","input":{"city":"Oslo"}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"ms1","content":"cold"}]},
+      {"role":"system","content":"<env>cwd: /tmp/x</env>"},
+      {"role":"assistant","content":[{"type":"thinking","thinking":"answer"},{"type":"text","text":"Cold."}]}]})"),
+            want);
 }
 
 TEST(ServerParse, ErrorBodies) {
