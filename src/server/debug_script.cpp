@@ -25,16 +25,23 @@ DebugScript DebugScript::load(const std::string& path) {
         !r["text"].is_string()) {
       fail("{}: rules[{}]: expected {{\"when\": string, \"text\": string}}", path, i);
     }
-    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>()});
+    std::optional<std::string> reasoning;
+    if (r.contains("reasoning")) {
+      if (!r["reasoning"].is_string()) fail("{}: rules[{}].reasoning: expected a string", path, i);
+      reasoning = r["reasoning"].get<std::string>();
+    }
+    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>(), std::move(reasoning)});
   }
   return s;
 }
 
-std::optional<std::string> DebugScript::match(std::string_view prompt_text) const {
+std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning) const {
   size_t last_user = prompt_text.rfind(chat::mark::kUser);
   std::string_view tail = last_user == std::string_view::npos ? prompt_text : prompt_text.substr(last_user);
   for (const auto& r : rules_) {
-    if (tail.find(r.when) != std::string_view::npos) return r.text;
+    if (tail.find(r.when) == std::string_view::npos) continue;
+    if (r.reasoning && in_reasoning) return *r.reasoning + std::string(chat::mark::kThinkClose) + r.text;
+    return r.text;
   }
   return std::nullopt;
 }

@@ -4,9 +4,12 @@
 // reasoning then answer). The forced text is tokenized and fed through the normal loop —
 // logprobs, evaluation, DSML parsing, tool-call ids and replay all run as usual; only the
 // choice of token is taken from the script. File format (JSON):
-//   {"rules": [{"when": "substring", "text": "forced output"}, ...]}
+//   {"rules": [{"when": "substring", "text": "forced output", "reasoning": "optional"}, ...]}
 // The first rule whose `when` occurs in the prompt text after its last "<｜User｜>" applies;
 // the forced output ends as if EOS was sampled. No rule matches → normal sampling.
+// With `reasoning`, the output is reasoning + "</think>" + text when the prompt opened a
+// thinking block and `text` alone otherwise, so one script serves clients that ask for
+// thinking and clients that do not.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,13 +20,14 @@ namespace ds4::server {
 class DebugScript {
  public:
   static DebugScript load(const std::string& path);  // throws ds4::Error naming the file and field
-  std::optional<std::string> match(std::string_view prompt_text) const;
+  std::optional<std::string> match(std::string_view prompt_text, bool in_reasoning = false) const;
   bool empty() const { return rules_.empty(); }
 
  private:
   struct Rule {
     std::string when;
     std::string text;
+    std::optional<std::string> reasoning;
   };
   std::vector<Rule> rules_;
 };

@@ -132,6 +132,13 @@ TEST(ServerDebugScript, MatchesTheLastUserTurnOnly) {
   EXPECT_EQ(s.match("<｜User｜>AAA<｜Assistant｜>x<｜User｜>CCC"), std::nullopt);
   std::ofstream(path) << R"({"rules":[{"when":1}]})";
   EXPECT_THROW(DebugScript::load(path), std::exception);
+  // `reasoning` is used only when the prompt opened a thinking block.
+  std::ofstream(path) << R"({"rules":[{"when":"AAA","reasoning":"hm","text":"out"}]})";
+  DebugScript r = DebugScript::load(path);
+  EXPECT_EQ(r.match("<｜User｜>AAA", true), std::optional<std::string>("hm</think>out"));
+  EXPECT_EQ(r.match("<｜User｜>AAA", false), std::optional<std::string>("out"));
+  std::ofstream(path) << R"({"rules":[{"when":"AAA","reasoning":2,"text":"out"}]})";
+  EXPECT_THROW(DebugScript::load(path), std::exception);
 }
 
 }  // namespace
