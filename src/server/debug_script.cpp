@@ -30,16 +30,22 @@ DebugScript DebugScript::load(const std::string& path) {
       if (!r["reasoning"].is_string()) fail("{}: rules[{}].reasoning: expected a string", path, i);
       reasoning = r["reasoning"].get<std::string>();
     }
-    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>(), std::move(reasoning)});
+    std::optional<bool> with_tools;
+    if (r.contains("with_tools")) {
+      if (!r["with_tools"].is_boolean()) fail("{}: rules[{}].with_tools: expected a boolean", path, i);
+      with_tools = r["with_tools"].get<bool>();
+    }
+    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>(), std::move(reasoning), with_tools});
   }
   return s;
 }
 
-std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning) const {
+std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning, bool has_tools) const {
   size_t last_user = prompt_text.rfind(chat::mark::kUser);
   std::string_view tail = last_user == std::string_view::npos ? prompt_text : prompt_text.substr(last_user);
   for (const auto& r : rules_) {
     if (tail.find(r.when) == std::string_view::npos) continue;
+    if (r.with_tools && *r.with_tools != has_tools) continue;
     if (r.reasoning && in_reasoning) return *r.reasoning + std::string(chat::mark::kThinkClose) + r.text;
     return r.text;
   }

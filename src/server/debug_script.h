@@ -4,12 +4,15 @@
 // reasoning then answer). The forced text is tokenized and fed through the normal loop —
 // logprobs, evaluation, DSML parsing, tool-call ids and replay all run as usual; only the
 // choice of token is taken from the script. File format (JSON):
-//   {"rules": [{"when": "substring", "text": "forced output", "reasoning": "optional"}, ...]}
+//   {"rules": [{"when": "substring", "text": "forced output", "reasoning": "optional",
+//               "with_tools": true|false (optional)}, ...]}
 // The first rule whose `when` occurs in the prompt text after its last "<｜User｜>" applies;
 // the forced output ends as if EOS was sampled. No rule matches → normal sampling.
 // With `reasoning`, the output is reasoning + "</think>" + text when the prompt opened a
 // thinking block and `text` alone otherwise, so one script serves clients that ask for
-// thinking and clients that do not.
+// thinking and clients that do not. With `with_tools`, the rule applies only to requests that
+// do (true) or do not (false) offer tools (a client's side requests, such as title
+// generation, often quote the user's prompt but offer no tools).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,7 +23,8 @@ namespace ds4::server {
 class DebugScript {
  public:
   static DebugScript load(const std::string& path);  // throws ds4::Error naming the file and field
-  std::optional<std::string> match(std::string_view prompt_text, bool in_reasoning = false) const;
+  std::optional<std::string> match(std::string_view prompt_text, bool in_reasoning = false,
+                                   bool has_tools = false) const;
   bool empty() const { return rules_.empty(); }
 
  private:
@@ -28,6 +32,7 @@ class DebugScript {
     std::string when;
     std::string text;
     std::optional<std::string> reasoning;
+    std::optional<bool> with_tools;
   };
   std::vector<Rule> rules_;
 };

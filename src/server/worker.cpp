@@ -449,7 +449,7 @@ void Worker::run(Job& job) {
   model_.set_sampler(job.req.sampling);
   std::optional<std::vector<int32_t>> forced;
   if (opts_.debug_script) {
-    if (auto text = opts_.debug_script->match(job.prompt_text, job.starts_in_reasoning)) forced = model_.encode(*text, true);
+    if (auto text = opts_.debug_script->match(job.prompt_text, job.starts_in_reasoning, job.req.tools_enabled)) forced = model_.encode(*text, true);
   }
   const bool dsml = job.req.conversation.has_value();
   chat::DsmlStreamParser parser(job.starts_in_reasoning);

@@ -137,6 +137,10 @@ TEST(ServerDebugScript, MatchesTheLastUserTurnOnly) {
   DebugScript r = DebugScript::load(path);
   EXPECT_EQ(r.match("<｜User｜>AAA", true), std::optional<std::string>("hm</think>out"));
   EXPECT_EQ(r.match("<｜User｜>AAA", false), std::optional<std::string>("out"));
+  std::ofstream(path) << R"({"rules":[{"when":"AAA","with_tools":true,"text":"tools"},{"when":"AAA","text":"plain"}]})";
+  DebugScript t = DebugScript::load(path);
+  EXPECT_EQ(t.match("<｜User｜>AAA", false, true), std::optional<std::string>("tools"));
+  EXPECT_EQ(t.match("<｜User｜>AAA", false, false), std::optional<std::string>("plain"));
   std::ofstream(path) << R"({"rules":[{"when":"AAA","reasoning":2,"text":"out"}]})";
   EXPECT_THROW(DebugScript::load(path), std::exception);
 }
