@@ -6,7 +6,7 @@ export PATH := $(PATH):/usr/local/cuda/bin
 GENERATOR := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CMAKE_FLAGS ?=
 
-.PHONY: all setup build test test-asan cuda demo fuzz bench clean
+.PHONY: all setup build test test-asan test-clients cuda demo fuzz bench clean
 
 all: build
 
@@ -26,8 +26,14 @@ build-asan/CMakeCache.txt:
 test-asan: setup build-asan/CMakeCache.txt
 	cmake --build build-asan -j $(JOBS) --target ds4_asan_targets
 
+# Codex and opencode (label clients_extra) run only in test-clients, which also installs them.
 test: build test-asan
-	cd build && ctest --output-on-failure -j $(JOBS)
+	cd build && ctest --output-on-failure -j $(JOBS) -LE clients_extra
+
+# The four coding-agent CLIs against ds4-server (docs/CLIENTS.md).
+test-clients: build
+	@[ -n "$$DS4_SKIP_SETUP" ] || DS4_SETUP_EXTRA_AGENTS=1 bash scripts/setup.sh
+	cd build && ctest --output-on-failure -L clients
 
 cuda: setup
 	@command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || { echo 'make cuda: nvcc not found (install the CUDA toolkit)'; exit 1; }

@@ -35,11 +35,20 @@ if ((${#missing[@]})); then
   $cmd -qq
 fi
 
-# npm: exact versions from the committed lockfile. Re-run only when the lockfile changes.
-npm_dir=third_party/npm
-stamp=$npm_dir/node_modules/.ds4-lock-stamp
-if [[ ! -f $stamp ]] || ! cmp -s "$npm_dir/package-lock.json" "$stamp"; then
-  echo "setup.sh: installing npm test dependencies into $npm_dir/node_modules"
-  (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
-  cp "$npm_dir/package-lock.json" "$stamp"
+# npm: exact versions from the committed lockfiles. Re-run only when a lockfile changes.
+#   third_party/npm           oracles and SDK clients (always)
+#   third_party/agents/core   Claude Code and pi, run by make test (about 400 MB)
+#   third_party/agents/extra  Codex and opencode, only with DS4_SETUP_EXTRA_AGENTS=1 (make test-clients)
+npm_install() {
+  local dir=$1 stamp=$1/node_modules/.ds4-lock-stamp
+  if [[ ! -f $stamp ]] || ! cmp -s "$dir/package-lock.json" "$stamp"; then
+    echo "setup.sh: installing npm packages into $dir/node_modules"
+    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$dir/package-lock.json" "$stamp"
+  fi
+}
+npm_install third_party/npm
+npm_install third_party/agents/core
+if [[ ${DS4_SETUP_EXTRA_AGENTS:-} == 1 ]]; then
+  npm_install third_party/agents/extra
 fi

@@ -10,7 +10,7 @@ export const SERVER_BIN = process.env.DS4_SERVER_BIN;
 export const MODEL = process.env.DS4_MODEL;
 export const NPM_DIR = process.env.DS4_NPM_DIR;
 export const HERE = path.dirname(new URL(import.meta.url).pathname);
-if (!SERVER_BIN || !MODEL || !NPM_DIR) throw new Error('set DS4_SERVER_BIN, DS4_MODEL and DS4_NPM_DIR');
+if (!SERVER_BIN || !MODEL) throw new Error('set DS4_SERVER_BIN and DS4_MODEL (and DS4_NPM_DIR for the SDK tests)');
 
 export async function importSdk(name) {
   const pkg = JSON.parse(fs.readFileSync(path.join(NPM_DIR, name, 'package.json'), 'utf8'));
@@ -18,10 +18,11 @@ export async function importSdk(name) {
   return (await import(path.join(NPM_DIR, name, typeof entry === 'string' ? entry : 'index.mjs'))).default;
 }
 
-export async function startServer(extraArgs = []) {
+// `ctx`: context size (the coding-agent clients send prompts of several thousand tokens).
+export async function startServer(extraArgs = [], { ctx = 2048 } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ds4srv-'));
   const portFile = path.join(dir, 'port');
-  const args = ['-m', MODEL, '--port', '0', '--port-file', portFile, '-c', '2048', '-t', '2', ...extraArgs];
+  const args = ['-m', MODEL, '--port', '0', '--port-file', portFile, '-c', String(ctx), '-t', '2', ...extraArgs];
   const proc = spawn(SERVER_BIN, args, { stdio: ['ignore', 'inherit', 'pipe'] });
   let stderr = '';
   proc.stderr.on('data', (d) => { stderr += d; });
