@@ -110,6 +110,15 @@ const clients = {
     },
     args: (prompt) => ['exec', '--skip-git-repo-check', prompt],
     unscriptedEnv: {},
+    // As for Claude Code: a reply cut by the output limit is an error to Codex (exit 1,
+    // "Incomplete response returned, reason: max_output_tokens"); nothing else may go wrong.
+    unscriptedEnd(r) {
+      if (r.code === 0) return;
+      assert.equal(r.code, 1);
+      const errors = r.stderr.split('\n').filter((l) => l.startsWith('ERROR'));
+      assert.ok(errors.length > 0, r.stderr);
+      for (const e of errors) assert.equal(e, 'ERROR: Incomplete response returned, reason: max_output_tokens', r.stderr);
+    },
     tool: () => ({ name: 'exec_command', params: { cmd: `printf '${CONTENT.replace('\n', '\\n')}' > hello.txt && echo WROTE-OK` } }),
     resultText: 'WROTE-OK',
     answer: (stdout) => stdout,
