@@ -10,7 +10,7 @@ DEB_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libedit-dev libxxhash-dev liburing-dev
   clang libclang-rt-14-dev
-  tmux python3
+  tmux python3 patch
 )
 
 missing=()
