@@ -142,10 +142,8 @@ void TerminalUi::tool_call(const chat::ToolCall& c) {
   } else if (c.arguments.is_object()) {
     for (const auto& [k, v] : c.arguments.items()) {
       std::string val = v.is_string() ? v.get<std::string>() : dump(v);
-      if (k == "content" || k == "old_text" || k == "new_text") {
-        const size_t lines = static_cast<size_t>(std::count(val.begin(), val.end(), '\n')) + 1;
-        val = fmt::format("<{} lines>", lines);
-      }
+      const size_t lines = static_cast<size_t>(std::count(val.begin(), val.end(), '\n'));
+      if (lines > 1 || (lines == 1 && val.back() != '\n')) val = fmt::format("<{} lines>", lines + (val.back() != '\n'));
       for (char& ch : val)
         if (ch == '\n') ch = ' ';
       args += fmt::format("{}{}={}", args.empty() ? "" : " ", k, shorten(val, 120));

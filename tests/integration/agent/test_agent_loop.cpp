@@ -154,6 +154,28 @@ TEST(AgentLoop, AMalformedToolCallIsSentBackToTheModel) {
   expect_append_only(r);
 }
 
+TEST(AgentLoop, ReasoningStaysInTheHistoryAndAModeSwitchKeepsEarlierTurns) {
+  World w("thinking");
+  w.rules({
+      {"plan it", "I should list the files first.</think>" + calls("Listing.", {invoke("list", {})})},
+      {"empty directory", "Nothing there.</think>The directory is empty."},
+      {"again", "Still empty."},
+  });
+  // --think (after the harness's --nothink) for the first request, then /nothink.
+  const auto r = w.run("--yes --json --think", "plan it\n/nothink\nagain\n/quit\n");
+  ASSERT_EQ(r.rc, 0) << r.err << r.out;
+  std::string reasoning, text;
+  for (const auto& e : r.of("reasoning")) reasoning += e["text"].get<std::string>();
+  for (const auto& e : r.of("text")) text += e["text"].get<std::string>();
+  EXPECT_EQ(reasoning, "I should list the files first.Nothing there.");
+  EXPECT_EQ(text, "Listing.The directory is empty.Still empty.");
+  ASSERT_EQ(r.of("tool_call").size(), 1u);
+  // Three prefills, none re-tokenized: the reasoning and the block were kept as sampled, and
+  // the switch to /nothink appended after the conversation as it was written.
+  expect_append_only(r);
+  EXPECT_EQ(r.of("prefill").size(), 3u);
+}
+
 TEST(AgentLoop, BadFlagsAndScriptsFailClearly) {
   World w("bad_flags");
   spit(w.script, "{\"rules\": 3}");

@@ -1,5 +1,5 @@
 // Saved sessions (save -> quit -> --resume without prefill, /strip, /list, /switch, /del) and
-// the REPL on a real terminal through tmux (Ctrl+C in the middle of a command).
+// the REPL on a real terminal through tmux (Ctrl+C in the middle of a command and of generation).
 #include <signal.h>
 
 #include <chrono>
@@ -139,12 +139,14 @@ bool process_gone(int pid) {
   return paren != std::string::npos && paren + 2 < st.size() && st[paren + 2] == 'Z';
 }
 
-TEST(AgentTerminal, CtrlCStopsARunningCommandAndReturnsToThePrompt) {
+TEST(AgentTerminal, CtrlCStopsACommandOrGenerationAndReturnsToThePrompt) {
   if (std::system("command -v tmux >/dev/null") != 0) GTEST_SKIP() << "tmux not installed (scripts/setup.sh)";
   World w("ctrl_c");
   w.rules({
       {"sleepy", calls("Starting a long command.", {invoke("run_command", {{"command", "echo $$ > pid.txt; exec sleep 120"}})})},
       {"interrupted by the user", "Stopped, as you asked."},
+      // Long enough (about 100 s of forced tokens) to be interrupted while it streams.
+      {"chatty", "Here goes: " + std::string(100000, 'z')},
   });
   const fs::path trace = w.root / "trace.jsonl";
   Tmux t("env HOME=" + sh_quote(w.root.string()) + " " + w.base() + " --yes --trace " + sh_quote(trace.string()));
@@ -166,6 +168,17 @@ TEST(AgentTerminal, CtrlCStopsARunningCommandAndReturnsToThePrompt) {
   // Back at the prompt: the next request continues with the interrupted result in the history.
   t.type("go on");
   ASSERT_TRUE(Tmux::wait_for([&] { return t.screen().find("Stopped, as you asked.") != std::string::npos; })) << t.screen();
+  // Ctrl+C in the middle of generation.
+  t.type("chatty");
+  ASSERT_TRUE(Tmux::wait_for([&] { return t.screen().find("Here goes: zzzzzzzzzz") != std::string::npos; })) << t.screen();
+  t.key("C-c");
+  auto count = [&](const std::string& s) {
+    const std::string sc = t.screen();
+    size_t n = 0;
+    for (size_t at = 0; (at = sc.find(s, at)) != std::string::npos; at += s.size()) ++n;
+    return n;
+  };
+  ASSERT_TRUE(Tmux::wait_for([&] { return count("| cancelled]") == 2; }, 20)) << t.screen();
   t.type("/ctx");
   ASSERT_TRUE(Tmux::wait_for([&] { return t.screen().find("Context: ") != std::string::npos; })) << t.screen();
   t.type("/quit");
