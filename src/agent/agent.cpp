@@ -5,6 +5,7 @@
 #include "chat/dsml.h"
 #include "chat/dsml_parser.h"
 #include "chat/markers.h"
+#include "chat/prompt_tokens.h"
 #include "chat/renderer.h"
 #include "core/error.h"
 #include "ds4/session.h"
@@ -62,6 +63,15 @@ std::string Agent::render(const chat::Conversation& c) const {
 
 std::string Agent::render() const { return render(conv_); }
 
+chat::MarkedText Agent::render_marked(const chat::Conversation& c) const {
+  chat::RenderOptions ro;
+  ro.thinking = opts_.thinking;
+  ro.context_size = static_cast<uint64_t>(model_.n_ctx());
+  ro.drop_thinking = false;
+  ro.add_bos = true;
+  return chat::render_prompt_marked(c, ro);
+}
+
 std::string Agent::title() const {
   for (const auto& m : conv_.messages) {
     if (m.role != chat::Role::User || !m.content) continue;
@@ -78,13 +88,6 @@ std::string Agent::title() const {
   return "";
 }
 
-std::vector<std::string_view> Agent::untrusted() const {
-  std::vector<std::string_view> v;
-  for (const auto& m : conv_.messages) {
-    if ((m.role == chat::Role::User || m.role == chat::Role::Tool) && m.content) v.push_back(*m.content);
-  }
-  return v;
-}
 
 int Agent::next_call_number() const {
   int n = 0;
@@ -93,38 +96,39 @@ int Agent::next_call_number() const {
 }
 
 PrefillStats Agent::sync(const std::atomic<bool>* cancel) {
-  const std::string full = render(conv_);
+  const chat::MarkedText full = render_marked(conv_);
   const std::string& h = model_.text();
   EvalControl ctl;
   ctl.cancel = cancel;
   ctl.progress = [this](int64_t done, int64_t total) { sink_.prefill_progress(done, total); };
-  const auto keep = untrusted();
+  auto append_after = [&](size_t offset, PrefillStats& st) {
+    const auto rest = chat::marked_suffix(full, offset);
+    if (!rest) return false;
+    if (!rest->text.empty()) st = model_.append(*rest, ctl);
+    st.reused = model_.n_past() - st.evaluated;
+    return true;
+  };
   PrefillStats st;
   bool resynced = false;
-  if (full.size() >= h.size() && full.compare(0, h.size(), h) == 0) {
+  bool done = false;
+  if (full.text.size() >= h.size() && full.text.compare(0, h.size(), h) == 0) {
     // The normal case: the rendering continues the history.
-    if (full.size() > h.size()) st = model_.append(std::string_view(full).substr(h.size()), keep, ctl);
-    st.reused = model_.n_past() - st.evaluated;
-  } else {
+    done = append_after(h.size(), st);
+  } else if (synced_msgs_ > 0 && synced_msgs_ <= conv_.messages.size() &&
+             conv_.messages[synced_msgs_ - 1].role == chat::Role::Assistant) {
     // The rendering of earlier turns changed (a thinking-mode switch): when the conversation
     // as of the last generation, rendered now, is a prefix of the new rendering, append what
-    // follows it so earlier turns stay as they were written.
-    std::string old;
-    if (synced_msgs_ > 0 && synced_msgs_ <= conv_.messages.size() &&
-        conv_.messages[synced_msgs_ - 1].role == chat::Role::Assistant) {
-      chat::Conversation prev;
-      prev.messages.assign(conv_.messages.begin(), conv_.messages.begin() + static_cast<long>(synced_msgs_));
-      prev.messages.back().no_eos = true;
-      old = render(prev);
-    }
-    if (!old.empty() && full.compare(0, old.size(), old) == 0) {
-      st = model_.append(std::string_view(full).substr(old.size()), keep, ctl);
-      st.reused = model_.n_past() - st.evaluated;
-    } else {
-      st = model_.resync(full, keep, ctl);
-      resynced = true;
-      ++resyncs_;
-    }
+    // follows it, so earlier turns stay as they were written.
+    chat::Conversation prev;
+    prev.messages.assign(conv_.messages.begin(), conv_.messages.begin() + static_cast<long>(synced_msgs_));
+    prev.messages.back().no_eos = true;
+    const std::string old = render(prev);
+    if (full.text.compare(0, old.size(), old) == 0) done = append_after(old.size(), st);
+  }
+  if (!done) {
+    st = model_.resync(full, ctl);
+    resynced = true;
+    ++resyncs_;
   }
   sink_.prefill(st, resynced);
   return st;

@@ -52,7 +52,7 @@ class Agent {
 
  private:
   std::string render(const chat::Conversation& c) const;
-  std::vector<std::string_view> untrusted() const;
+  chat::MarkedText render_marked(const chat::Conversation& c) const;
   int next_call_number() const;
 
   ModelSide& model_;

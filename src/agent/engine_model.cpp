@@ -34,10 +34,9 @@ int64_t EngineModel::n_ctx() const { return session_->n_ctx(); }
 int64_t EngineModel::n_past() const { return session_->n_past(); }
 void EngineModel::set_sampler(const SamplerConfig& config) { session_->set_sampler(config); }
 
-std::vector<int32_t> EngineModel::tokenize(std::string_view text, const std::vector<std::string_view>& untrusted) const {
+std::vector<int32_t> EngineModel::tokenize(const chat::MarkedText& text) const {
   const Tokenizer& tok = engine_->tokenizer();
-  return chat::tokenize_rendered([&](std::string_view t, bool special) { return tok.encode(t, special); }, text,
-                                 untrusted);
+  return chat::tokenize_marked([&](std::string_view t, bool special) { return tok.encode(t, special); }, text);
 }
 
 EvalOptions EngineModel::eval_options(const EvalControl& c) const {
@@ -47,26 +46,24 @@ EvalOptions EngineModel::eval_options(const EvalControl& c) const {
   return eo;
 }
 
-PrefillStats EngineModel::append(std::string_view text, const std::vector<std::string_view>& untrusted,
-                                 const EvalControl& control) {
-  const std::vector<int32_t> ids = tokenize(text, untrusted);
+PrefillStats EngineModel::append(const chat::MarkedText& text, const EvalControl& control) {
+  const std::vector<int32_t> ids = tokenize(text);
   const EvalResult r = session_->eval(ids, eval_options(control));
   if (r.cancelled) {
     text_ = engine_->tokenizer().decode(session_->tokens());
   } else {
-    text_.append(text);
+    text_.append(text.text);
   }
   return PrefillStats{r.reused, r.replayed, r.evaluated, r.cancelled, r.seconds};
 }
 
-PrefillStats EngineModel::resync(std::string_view text, const std::vector<std::string_view>& untrusted,
-                                 const EvalControl& control) {
-  const std::vector<int32_t> ids = tokenize(text, untrusted);
+PrefillStats EngineModel::resync(const chat::MarkedText& text, const EvalControl& control) {
+  const std::vector<int32_t> ids = tokenize(text);
   const EvalResult r = session_->sync(ids, eval_options(control));
   if (r.cancelled) {
     text_ = engine_->tokenizer().decode(session_->tokens());
   } else {
-    text_.assign(text);
+    text_.assign(text.text);
   }
   return PrefillStats{r.reused, r.replayed, r.evaluated, r.cancelled, r.seconds};
 }

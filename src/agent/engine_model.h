@@ -19,10 +19,8 @@ class EngineModel final : public ModelSide {
   int64_t n_past() const override;
   const std::string& text() const override { return text_; }
 
-  PrefillStats append(std::string_view text, const std::vector<std::string_view>& untrusted,
-                      const EvalControl& control) override;
-  PrefillStats resync(std::string_view text, const std::vector<std::string_view>& untrusted,
-                      const EvalControl& control) override;
+  PrefillStats append(const chat::MarkedText& text, const EvalControl& control) override;
+  PrefillStats resync(const chat::MarkedText& text, const EvalControl& control) override;
   GenStats generate(const GenParams& params, const PieceFn& on_piece) override;
   void save_state(const std::string& path) const override;
   void load_state(const std::string& path) override;
@@ -33,7 +31,7 @@ class EngineModel final : public ModelSide {
   GenStats generate_forced(std::string_view forced, const GenParams& params, const PieceFn& on_piece);
 
  private:
-  std::vector<int32_t> tokenize(std::string_view text, const std::vector<std::string_view>& untrusted) const;
+  std::vector<int32_t> tokenize(const chat::MarkedText& text) const;
   EvalOptions eval_options(const EvalControl& c) const;
 
   std::shared_ptr<const Engine> engine_;

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/marked_text.h"
 #include "ds4/sampling.h"
 
 namespace ds4::agent {
@@ -63,14 +64,13 @@ class ModelSide {
   virtual int64_t n_past() const = 0;
   virtual const std::string& text() const = 0;
 
-  // Appends `text` (rendered chat text) to the history and evaluates it. `untrusted` lists
-  // strings inside `text` that came from users or tools: marker-like text in them is never
-  // turned into control tokens. After a cancellation text() ends where evaluation stopped.
-  virtual PrefillStats append(std::string_view text, const std::vector<std::string_view>& untrusted,
-                              const EvalControl& control) = 0;
+  // Appends rendered chat text to the history and evaluates it. Only the ranges where the
+  // renderer placed control tokens (MarkedText::controls) become control tokens; user messages,
+  // tool output and file contents never do. After a cancellation text() ends where evaluation
+  // stopped.
+  virtual PrefillStats append(const chat::MarkedText& text, const EvalControl& control) = 0;
   // Makes the history `text`, reusing the longest common token prefix with the current one.
-  virtual PrefillStats resync(std::string_view text, const std::vector<std::string_view>& untrusted,
-                              const EvalControl& control) = 0;
+  virtual PrefillStats resync(const chat::MarkedText& text, const EvalControl& control) = 0;
 
   // Continues the history; tool-call structure is sampled greedily. Stop tokens end the
   // generation and are not part of the history.

@@ -32,13 +32,11 @@ class ScriptModel final : public ModelSide {
   int64_t n_ctx() const override { return inner_.n_ctx(); }
   int64_t n_past() const override { return inner_.n_past(); }
   const std::string& text() const override { return inner_.text(); }
-  PrefillStats append(std::string_view text, const std::vector<std::string_view>& untrusted,
-                      const EvalControl& control) override {
-    return inner_.append(text, untrusted, control);
+  PrefillStats append(const chat::MarkedText& text, const EvalControl& control) override {
+    return inner_.append(text, control);
   }
-  PrefillStats resync(std::string_view text, const std::vector<std::string_view>& untrusted,
-                      const EvalControl& control) override {
-    return inner_.resync(text, untrusted, control);
+  PrefillStats resync(const chat::MarkedText& text, const EvalControl& control) override {
+    return inner_.resync(text, control);
   }
   GenStats generate(const GenParams& params, const PieceFn& on_piece) override;
   void save_state(const std::string& path) const override { inner_.save_state(path); }

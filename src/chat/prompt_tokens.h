@@ -1,28 +1,27 @@
 #pragma once
-// Token ids of rendered chat text that embeds untrusted strings (user messages, tool output).
+// Token ids of rendered chat text (chat/marked_text.h), so that no user or tool string can
+// become a control token: the text is split only where the renderer placed control tokens;
+// each of those is encoded with special-token parsing on (one id), every stretch between them
+// with it off.
 //
-// HF tokenizes the rendered template with special-token parsing on, so that the template's
-// own markers ("<｜User｜>", "<think>", "｜DSML｜") become single tokens. Parsing the whole text
-// that way would also turn marker text inside a user's message or a file the agent read into
-// control tokens. When no untrusted string contains marker-like text (the normal case) the text
-// is encoded in one piece exactly like HF. Otherwise each verbatim occurrence of such a string
-// is encoded with special parsing off and the template text around it with it on.
-//
-// src/server/prompt_tokens.h is an older copy in the server layer; it should switch to this one.
+// src/server/prompt_tokens.h has the same function in the server layer (written first); it
+// should switch to this one so the server and the agent share one definition.
 #include <cstdint>
 #include <functional>
-#include <string>
+#include <optional>
 #include <string_view>
 #include <vector>
+
+#include "chat/marked_text.h"
 
 namespace ds4::chat {
 
 using EncodeFn = std::function<std::vector<int32_t>(std::string_view text, bool parse_special)>;
 
-// True when `s` contains text that special-token parsing could turn into a marker.
-bool has_marker_text(std::string_view s);
+std::vector<int32_t> tokenize_marked(const EncodeFn& encode, const MarkedText& text);
 
-std::vector<int32_t> tokenize_rendered(const EncodeFn& encode, std::string_view rendered,
-                                       const std::vector<std::string_view>& untrusted);
+// The part of `text` from byte `offset` on, with its control ranges. nullopt when `offset`
+// falls inside a control token.
+std::optional<MarkedText> marked_suffix(const MarkedText& text, size_t offset);
 
 }  // namespace ds4::chat
