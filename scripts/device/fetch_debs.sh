@@ -8,5 +8,5 @@ grep -qx '/.debs/' .git/info/exclude 2>/dev/null || echo '/.debs/' >> .git/info/
 mkdir -p .debs
 cd .debs
 apt-get download libfmt-dev libfmt9 nlohmann-json3-dev libpcre2-dev libpcre2-8-0 libpcre2-16-0 libpcre2-32-0 \
-  libpcre2-posix3 libxxhash-dev libxxhash0 libedit-dev libedit2 libbsd0 libmd0 libcli11-dev libcpp-httplib-dev libgtest-dev libgmock-dev >/dev/null
+  libpcre2-posix3 libxxhash-dev libxxhash0 libedit-dev libedit2 libbsd0 libmd0 libcli11-dev libboost1.81-dev libgtest-dev libgmock-dev >/dev/null
 ls -1

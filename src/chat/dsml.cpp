@@ -103,8 +103,8 @@ ToolCall tool_call_from_dsml(const DsmlCall& call, std::string id) {
   tc.id = std::move(id);
   tc.name = call.name;
   tc.arguments_text = dsml_arguments_json(call);
-  if (json_depth_violation(tc.arguments_text) != std::string_view::npos) {
-    fail("tool call '{}': a string=\"false\" parameter value nests deeper than {} levels", call.name, kMaxJsonDepth);
+  if (auto e = json_limit_error(tc.arguments_text)) {
+    fail("tool call '{}': a string=\"false\" parameter value: {}", call.name, *e);
   }
   tc.arguments = Json::parse(tc.arguments_text, nullptr, /*allow_exceptions=*/false);
   if (tc.arguments.is_discarded()) {

@@ -94,9 +94,7 @@ ToolCall parse_tool_call(const Json& j, const std::string& path, const ParseOpti
   }
   const std::string& text = want_string(*args, apath);
   tc.arguments_text = text;
-  if (json_depth_violation(text) != std::string_view::npos) {
-    fail("{}: JSON nested deeper than {} levels", apath, kMaxJsonDepth);
-  }
+  if (auto e = json_limit_error(text)) fail("{}: {}", apath, *e);
   Json parsed = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded() || !parsed.is_object()) {
     if (!opts.lenient_arguments) {
@@ -235,9 +233,7 @@ Conversation parse_chat_request(const Json& request, const ParseOptions& opts) {
 }
 
 Conversation parse_chat_request_text(std::string_view json_text, const ParseOptions& opts) {
-  if (size_t at = json_depth_violation(json_text); at != std::string_view::npos) {
-    fail("request: JSON nested deeper than {} levels (byte {})", kMaxJsonDepth, at + 1);
-  }
+  if (auto e = json_limit_error(json_text)) fail("request: {}", *e);
   Json j;
   try {
     j = Json::parse(json_text);

@@ -1,17 +1,13 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <chrono>
 #include <cstdio>
 #include <ctime>
 
-#include "chat/renderer.h"
 #include "core/error.h"
 #include "server/api_error.h"
-#include "server/conn_probe.h"
+#include "server/http_transport.h"
 #include "server/prepare.h"
-#include "server/request_parse.h"
 #include "server/writers.h"
 
 namespace ds4::server {
@@ -37,31 +33,66 @@ ApiKind api_for_path(const std::string& path) {
   return ApiKind::Chat;
 }
 
+std::optional<ApiKind> generation_route(const std::string& path) {
+  if (path == "/v1/chat/completions") return ApiKind::Chat;
+  if (path == "/v1/completions") return ApiKind::Completions;
+  if (path == "/v1/responses") return ApiKind::Responses;
+  if (path == "/v1/messages") return ApiKind::Messages;
+  return std::nullopt;
+}
+
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-void send_error(httplib::Response& res, ApiKind api, const ApiError& e) {
-  res.status = e.status();
-  res.set_content(dump(error_body(api, e)), "application/json");
+HttpResponse json_response(int status, const json& body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
+}
+
+HttpResponse error_response(ApiKind api, const ApiError& e) {
+  HttpResponse r = json_response(e.status(), error_body(api, e));
+  if (e.status() == 503) r.headers.emplace_back("Retry-After", "1");
+  return r;
+}
+
+TransportOptions transport_options(const ServerOptions& o) {
+  TransportOptions t;
+  t.host = o.host;
+  t.port = o.port;
+  t.max_body_bytes = o.max_body_bytes;
+  t.max_header_bytes = o.max_header_bytes;
+  t.header_timeout_ms = o.header_timeout_ms;
+  t.body_timeout_ms = o.body_timeout_ms;
+  t.write_timeout_ms = o.write_timeout_ms;
+  t.max_connections = o.max_connections;
+  t.max_blocking = static_cast<size_t>(std::max(1, o.http_threads));
+  if (o.cors) {
+    t.default_headers = {{"Access-Control-Allow-Origin", "*"},
+                         {"Access-Control-Allow-Headers",
+                          "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, OpenAI-Beta"},
+                         {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"}};
+  }
+  return t;
 }
 
 }  // namespace
 
-struct HttpServer::Impl {
+struct HttpServer::Impl final : HttpHandler {
   InferenceModel& model;
   Worker& worker;
   Metrics& metrics;
   SharedToolCache& tools;
   ServerOptions opts;
-  httplib::Server http;
   ParseContext pctx;
+  HttpTransport transport;
 
   Impl(InferenceModel& m, Worker& w, Metrics& mt, SharedToolCache& t, ServerOptions o)
-      : model(m), worker(w), metrics(mt), tools(t), opts(std::move(o)) {
+      : model(m), worker(w), metrics(mt), tools(t), opts(std::move(o)), transport(*this, transport_options(opts)) {
     pctx.model_ids = opts.model_ids;
     pctx.n_ctx = model.n_ctx();
     pctx.default_max_tokens = opts.default_max_tokens;
     pctx.lookup_tool_block = [this](const std::vector<std::string>& ids) { return tools.get_all(ids); };
-    setup();
   }
 
   json model_json(const std::string& id) const {
@@ -73,98 +104,54 @@ struct HttpServer::Impl {
                 {"max_completion_tokens", std::min<int64_t>(opts.default_max_tokens, model.n_ctx())}};
   }
 
-  void setup() {
-    int n_threads = std::max(4, opts.http_threads);
-    http.new_task_queue = [n_threads] { return new httplib::ThreadPool(static_cast<size_t>(n_threads)); };
-    http.set_payload_max_length(opts.max_body_bytes);
-    http.set_keep_alive_timeout(2);
-    http.set_read_timeout(30, 0);
-    http.set_write_timeout(30, 0);
-    if (opts.cors) {
-      http.set_default_headers({{"Access-Control-Allow-Origin", "*"},
-                                {"Access-Control-Allow-Headers",
-                                 "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta, OpenAI-Beta"},
-                                {"Access-Control-Allow-Methods", "GET, POST, OPTIONS"}});
-      http.Options(R"(/.*)", [](const httplib::Request&, httplib::Response& res) { res.status = 204; });
+  // Everything but generation: answered on an I/O thread.
+  std::optional<HttpResponse> quick(const HttpRequest& req) override {
+    const std::string& p = req.path;
+    if (req.method == "OPTIONS" && opts.cors) {
+      HttpResponse r;
+      r.status = 204;
+      r.content_type.clear();
+      return r;
     }
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opts.api_key.empty() || req.method == "OPTIONS" || req.path.rfind("/v1/", 0) != 0) {
-        return httplib::Server::HandlerResponse::Unhandled;
+    if (!opts.api_key.empty() && req.method != "OPTIONS" && p.rfind("/v1/", 0) == 0) {
+      std::string bearer = req.header("Authorization");
+      std::string xkey = req.header("x-api-key");
+      if (bearer != "Bearer " + opts.api_key && xkey != opts.api_key) {
+        return error_response(api_for_path(p), ApiError(401, "invalid or missing API key"));
       }
-      std::string bearer = req.get_header_value("Authorization");
-      std::string xkey = req.get_header_value("x-api-key");
-      if (bearer == "Bearer " + opts.api_key || xkey == opts.api_key) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, api_for_path(req.path), ApiError(401, "invalid or missing API key"));
-      return httplib::Server::HandlerResponse::Handled;
-    });
-    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty() || res.content_length_ > 0) return;
-      ApiKind api = api_for_path(req.path);
-      std::string msg;
-      switch (res.status) {
-        case 404: msg = "no route for " + req.method + " " + req.path; break;
-        case 413: msg = "request body is larger than the limit of " + std::to_string(opts.max_body_bytes) + " bytes"; break;
-        case 400:
-          // cpp-httplib 0.11 answers 400 (not 413) when a chunked body passes the limit.
-          msg = req.get_header_value("Transfer-Encoding") == "chunked"
-                    ? "malformed chunked body, or larger than the limit of " + std::to_string(opts.max_body_bytes) + " bytes"
-                    : "malformed HTTP request";
-          break;
-        default: msg = "HTTP error " + std::to_string(res.status); break;
+    }
+    if (req.method == "GET") {
+      if (p == "/health") return json_response(200, json{{"status", "ok"}, {"queue_length", worker.queue_length()}});
+      if (p == "/metrics") {
+        HttpResponse r;
+        r.content_type = "text/plain; version=0.0.4";
+        r.body = metrics.prometheus();
+        return r;
       }
-      res.set_content(dump(error_body(api, res.status, msg)), "application/json");
-    });
-    http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-      std::string msg = "internal error";
-      try {
-        std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        msg = e.what();
-      } catch (...) {
+      if (p == "/v1/models") {
+        json data = json::array();
+        for (const auto& id : opts.model_ids) data.push_back(model_json(id));
+        return json_response(200, json{{"object", "list"}, {"data", data}});
       }
-      std::fprintf(stderr, "ds4-server: %s %s: %s\n", req.method.c_str(), req.path.c_str(), msg.c_str());
-      res.status = 500;
-      res.set_content(dump(error_body(api_for_path(req.path), 500, msg)), "application/json");
-    });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      metrics.count_request(endpoint_label(req.path), res.status);
-    });
-
-    http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(dump(json{{"status", "ok"}, {"queue_length", worker.queue_length()}}), "application/json");
-    });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.prometheus(), "text/plain; version=0.0.4");
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      json data = json::array();
-      for (const auto& id : opts.model_ids) data.push_back(model_json(id));
-      res.set_content(dump(json{{"object", "list"}, {"data", data}}), "application/json");
-    });
-    http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-      std::string id = req.matches[1];
-      for (const auto& m : opts.model_ids) {
-        if (m == id) {
-          res.set_content(dump(model_json(id)), "application/json");
-          return;
+      if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) {
+        std::string id = p.substr(11);
+        for (const auto& m : opts.model_ids) {
+          if (m == id) return json_response(200, model_json(id));
         }
+        return error_response(ApiKind::Chat, ApiError(404, "model '" + id + "' not found", "model", "model_not_found"));
       }
-      send_error(res, ApiKind::Chat, ApiError(404, "model '" + id + "' not found", "model", "model_not_found"));
-    });
-    auto route = [this](const char* path, ApiKind api) {
-      http.Post(path, [this, api](const httplib::Request& req, httplib::Response& res) { generate(api, req, res); });
-    };
-    route("/v1/chat/completions", ApiKind::Chat);
-    route("/v1/completions", ApiKind::Completions);
-    route("/v1/responses", ApiKind::Responses);
-    route("/v1/messages", ApiKind::Messages);
+    }
+    if (req.method == "POST" && generation_route(p)) return std::nullopt;
+    return error_response(api_for_path(p), ApiError(404, "no route for " + req.method + " " + p));
   }
 
-  std::shared_ptr<Job> prepare(ApiKind api, const httplib::Request& req) {
-    auto job = std::make_shared<Job>();
-    prepare_job(api, req.body, pctx, model, *job);
-    return job;
+  void blocking(const HttpRequest& req, ResponseSink& sink) override { generate(*generation_route(req.path), req, sink); }
+
+  HttpResponse transport_error(const std::string& path, int status, const std::string& message) override {
+    return error_response(api_for_path(path), ApiError(status, message));
   }
+
+  void responded(const std::string& path, int status) override { metrics.count_request(endpoint_label(path), status); }
 
   void finish_abandoned(const std::shared_ptr<Job>& job) {
     job->cancel = true;
@@ -172,81 +159,63 @@ struct HttpServer::Impl {
     job->wait_finished();
   }
 
-  void generate(ApiKind api, const httplib::Request& req, httplib::Response& res) {
-    std::shared_ptr<Job> job;
+  void generate(ApiKind api, const HttpRequest& req, ResponseSink& sink) {
+    auto job = std::make_shared<Job>();
     try {
-      job = prepare(api, req);
-    } catch (const ApiError& e) {
-      send_error(res, api, e);
-      return;
+      prepare_job(api, req.body, pctx, model, *job);
     } catch (const std::exception& e) {
-      send_error(res, api, bad_request_from(e));
+      sink.send(error_response(api, bad_request_from(e)));
       return;
     }
-    auto probe = std::make_shared<ConnProbe>(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-    job->client_gone = [probe] { return probe->peer_closed(); };
+    // The worker polls this before each token; the job ends before this function returns.
+    job->client_gone = [&sink] { return sink.peer_closed(); };
     if (!worker.submit(job)) {
-      send_error(res, api, ApiError(503, "the request queue is full; retry later"));
+      sink.send(error_response(api, ApiError(503, "the request queue is full; retry later")));
       return;
     }
     std::shared_ptr<ApiWriter> writer = make_writer(job->req, new_response_id(api), std::time(nullptr));
-    if (!job->req.stream) {
-      collect(api, job, writer, *probe, res);
-      return;
+    if (job->req.stream) {
+      stream(job, *writer, sink);
+    } else {
+      collect(api, job, *writer, sink);
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    auto started = std::make_shared<bool>(false);
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [this, job, writer, probe, started](size_t, httplib::DataSink& sink) {
-          auto write = [&](const std::string& s) { return s.empty() || sink.write(s.data(), s.size()); };
-          if (!*started) {
-            *started = true;
-            if (!write(writer->begin())) {
-              finish_abandoned(job);
-              return false;
-            }
-          }
-          std::vector<GenEvent> events;
-          for (;;) {
-            events.clear();
-            if (!job->wait_events(events, std::chrono::milliseconds(opts.keepalive_ms))) {
-              if (probe->peer_closed() || !write(writer->keepalive())) {
-                finish_abandoned(job);
-                return false;
-              }
-              continue;
-            }
-            bool last = false;
-            for (const auto& e : events) {
-              last = last || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Failed;
-              if (!write(writer->on_event(e))) {
-                finish_abandoned(job);
-                return false;
-              }
-            }
-            if (last) {
-              job->wait_finished();
-              sink.done();
-              return true;
-            }
-          }
-        },
-        [this, job](bool) {
-          if (!job->finished()) finish_abandoned(job);
-        });
+    if (!job->finished()) finish_abandoned(job);
   }
 
-  void collect(ApiKind api, const std::shared_ptr<Job>& job, const std::shared_ptr<ApiWriter>& writer,
-               const ConnProbe& probe, httplib::Response& res) {
+  void stream(const std::shared_ptr<Job>& job, ApiWriter& writer, ResponseSink& sink) {
+    auto write = [&](const std::string& s) { return s.empty() || sink.write(s); };
+    if (!sink.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}}) ||
+        !write(writer.begin())) {
+      return finish_abandoned(job);
+    }
+    std::vector<GenEvent> events;
+    for (;;) {
+      events.clear();
+      if (!job->wait_events(events, std::chrono::milliseconds(opts.keepalive_ms))) {
+        if (sink.peer_closed() || !write(writer.keepalive())) return finish_abandoned(job);
+        continue;
+      }
+      bool last = false;
+      for (const auto& e : events) {
+        last = last || e.kind == GenEvent::Kind::Done || e.kind == GenEvent::Kind::Failed;
+        if (!write(writer.on_event(e))) return finish_abandoned(job);
+      }
+      if (last) {
+        job->wait_finished();
+        sink.end_stream();
+        return;
+      }
+    }
+  }
+
+  void collect(ApiKind api, const std::shared_ptr<Job>& job, ApiWriter& writer, ResponseSink& sink) {
     std::vector<GenEvent> events;
     for (;;) {
       events.clear();
       if (!job->wait_events(events, std::chrono::milliseconds(50))) {
-        if (probe.peer_closed()) {
+        if (sink.peer_closed()) {
           finish_abandoned(job);
-          res.status = 499;  // nginx's "client closed request"; nobody reads it
+          sink.send(json_response(499, json::object()));  // nginx's "client closed request"; nobody reads it
           return;
         }
         continue;
@@ -254,17 +223,17 @@ struct HttpServer::Impl {
       for (const auto& e : events) {
         if (e.kind == GenEvent::Kind::Failed) {
           job->wait_finished();
-          send_error(res, api, ApiError(e.status, e.text));
+          sink.send(error_response(api, ApiError(e.status, e.text)));
           return;
         }
-        writer->on_event(e);
+        writer.on_event(e);
         if (e.kind == GenEvent::Kind::Done) {
           job->wait_finished();
           if (e.finish == Finish::Cancelled) {
-            res.status = 499;
+            sink.send(json_response(499, json::object()));
             return;
           }
-          res.set_content(dump(writer->final_body()), "application/json");
+          sink.send(json_response(200, writer.final_body()));
           return;
         }
       }
@@ -278,19 +247,8 @@ HttpServer::HttpServer(InferenceModel& model, Worker& worker, Metrics& metrics, 
 
 HttpServer::~HttpServer() = default;
 
-int HttpServer::bind() {
-  auto& o = impl_->opts;
-  if (o.port == 0) {
-    int p = impl_->http.bind_to_any_port(o.host);
-    if (p <= 0) fail("cannot bind {}:any", o.host);
-    o.port = p;
-    return p;
-  }
-  if (!impl_->http.bind_to_port(o.host, o.port)) fail("cannot bind {}:{}", o.host, o.port);
-  return o.port;
-}
-
-void HttpServer::listen() { impl_->http.listen_after_bind(); }
-void HttpServer::stop() { impl_->http.stop(); }
+int HttpServer::bind() { return impl_->opts.port = impl_->transport.bind(); }
+void HttpServer::listen() { impl_->transport.listen(); }
+void HttpServer::stop() { impl_->transport.stop(); }
 
 }  // namespace ds4::server

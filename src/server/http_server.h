@@ -1,7 +1,7 @@
 #pragma once
-// HTTP front end (cpp-httplib): routes, authentication, CORS, body limits, error shapes, and
-// the bridge between a request's thread and its inference job (SSE streaming, keepalives,
-// disconnect → cancel).
+// HTTP front end: routes, authentication, CORS, error shapes, and the bridge between a
+// request's thread and its inference job (SSE streaming, keepalives, disconnect → cancel).
+// The connection handling, limits and deadlines are http_transport.h's.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,10 +11,6 @@
 #include "server/metrics.h"
 #include "server/worker.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace ds4::server {
 
 struct ServerOptions {
@@ -22,9 +18,14 @@ struct ServerOptions {
   int port = 8000;  // 0: any free port (see bound_port())
   bool cors = false;
   std::string api_key;  // empty: no authentication
-  size_t max_body_bytes = 32u << 20;
+  size_t max_body_bytes = 32u << 20;     // 413 beyond, for every transfer encoding
+  size_t max_header_bytes = 64u << 10;   // 431 beyond
+  int64_t header_timeout_ms = 10000;     // whole request head (and keep-alive idle time)
+  int64_t body_timeout_ms = 60000;       // whole body
+  int64_t write_timeout_ms = 30000;      // a client that takes no data this long is dropped
+  size_t max_connections = 1024;         // open connections; 503 beyond
   int64_t keepalive_ms = 5000;  // SSE keepalive interval while nothing else is sent
-  int http_threads = 32;
+  int http_threads = 32;  // generation requests handled at once (503 with Retry-After beyond)
   std::vector<std::string> model_ids{"deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"};
   int64_t default_max_tokens = 4096;
 };

@@ -13,10 +13,7 @@ namespace ds4::server {
 using chat::Json;
 
 chat::Json parse_body(std::string_view body) {
-  if (size_t at = chat::json_depth_violation(body); at != std::string_view::npos) {
-    throw ApiError(400, fmt::format("request: JSON nested deeper than {} levels (byte {})", chat::kMaxJsonDepth, at + 1),
-                   "request");
-  }
+  if (auto e = chat::json_limit_error(body)) throw ApiError(400, "request: " + *e, "request");
   try {
     return Json::parse(body);
   } catch (const Json::parse_error& e) {

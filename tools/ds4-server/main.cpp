@@ -42,7 +42,19 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", so.max_body_bytes, "largest accepted request body (413 beyond)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-queue", max_queue, "queued requests beyond which new ones get 503")->capture_default_str();
-  app.add_option("--http-threads", so.http_threads, "HTTP connection threads")->capture_default_str();
+  app.add_option("--http-threads", so.http_threads, "generation requests handled at once (503 beyond)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-header-bytes", so.max_header_bytes, "largest accepted request head (431 beyond)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--header-timeout-ms", so.header_timeout_ms,
+                 "time allowed for a whole request head, and for a kept-alive connection's next request")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--body-timeout-ms", so.body_timeout_ms, "time allowed for a whole request body")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--write-timeout-ms", so.write_timeout_ms, "drop a client that takes no data for this long")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", so.max_connections, "open connections beyond which new ones get 503")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--sse-keepalive-ms", so.keepalive_ms, "SSE keepalive interval while nothing else is sent")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_flag("--disable-exact-dsml-tool-replay", no_replay,

@@ -193,6 +193,7 @@ test('auth, CORS, keepalives during a slow prefill', async () => {
     await sleep(100);
     const c = await request(s2, 'POST', '/v1/chat/completions', chatBody('third', { max_tokens: 1 }), auth);
     assertOpenAiError(c, 503, { match: /queue is full/ });
+    assert.equal(c.headers['retry-after'], '1');
     assert.equal((await a).status, 200);
     assert.equal((await b).status, 200);
   } finally {

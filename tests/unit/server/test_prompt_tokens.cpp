@@ -277,8 +277,26 @@ TEST(ServerBodyLimits, DeepNestingIsRejectedBeforeParsing) {
                         R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"c",
       "type":"function","function":{"name":"f","arguments":")" + nested(20000) + R"("}}]}]})");
   EXPECT_EQ(a.status(), 400);
-  EXPECT_STREQ(a.what(), "messages[1].tool_calls[0].function.arguments: JSON nested deeper than 128 levels");
+  EXPECT_STREQ(a.what(), "messages[1].tool_calls[0].function.arguments: JSON nested deeper than 128 levels (byte 129)");
   EXPECT_EQ(a.param(), "messages[1].tool_calls[0].function.arguments");
+}
+
+TEST(ServerBodyLimits, ObjectsWithTooManyMembersAreRejectedBeforeParsing) {
+  // ordered_json inserts with a linear search: parse time grows with the square of the size.
+  auto object = [](int n) {
+    std::string s = "{";
+    for (int i = 0; i < n; ++i) s += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+    return s + "}";
+  };
+  EXPECT_NO_THROW(parse_body(object(1000)));
+  ApiError e = error_of(ApiKind::Chat, object(1001));
+  EXPECT_EQ(e.status(), 400);
+  EXPECT_EQ(std::string(e.what()).rfind("request: a JSON object has more than 1000 members (byte ", 0), 0u) << e.what();
+  // Arrays are not limited (their appends are cheap), commas inside strings do not count.
+  std::string arr = "[1";
+  for (int i = 0; i < 5000; ++i) arr += ",1";
+  EXPECT_NO_THROW(parse_body(arr + "]"));
+  EXPECT_NO_THROW(parse_body("{\"a\":\"" + std::string(5000, ',') + "\"}"));
 }
 
 TEST(ServerBodyLimits, LibraryTextsAreNotExposed) {

@@ -272,5 +272,18 @@ TEST(ServerWorker, WithdrawQueuedJob) {
   EXPECT_FALSE(h.worker->withdraw(busy));
 }
 
+// max_tokens beyond the context is capped to the room left (as llama-server does); hitting
+// that cap says so: finish "length", not "stop" (docs/SERVER.md).
+TEST(ServerWorker, MaxTokensBeyondTheContextEndsWithLength) {
+  Harness h;
+  h.model.script = "abcdefghij";  // would run 10 tokens, then EOS
+  auto j = h.job(std::string((1 << 16) - 4, 'p'), false, /*max_tokens=*/int64_t{1} << 40);
+  auto evs = h.run(j);
+  ASSERT_EQ(evs.back().kind, GenEvent::Kind::Done);
+  EXPECT_EQ(evs.back().finish, Finish::Length);
+  EXPECT_EQ(evs.back().usage.completion_tokens, 4);
+  EXPECT_EQ(joined(evs, GenEvent::Kind::Text), "abcd");
+}
+
 }  // namespace
 }  // namespace ds4::server
