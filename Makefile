@@ -40,9 +40,15 @@ cuda: setup
 	cmake -S . -B build-cuda $(GENERATOR) -DCMAKE_BUILD_TYPE=Release -DDS4_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=$(CUDA_ARCH) -DDS4_TESTS=OFF -DDS4_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-cuda -j $(JOBS)
 
+# Builds the libFuzzer targets, then runs each for FUZZ_SECONDS on a scratch corpus seeded from
+# the committed one (docs/TESTING.md has the long runs).
+FUZZ_SECONDS ?= 60
 fuzz: setup
 	CC=clang CXX=clang++ cmake -S . -B build-fuzz $(GENERATOR) -DDS4_FUZZ=ON -DDS4_TESTS=OFF -DDS4_BENCH=OFF $(CMAKE_FLAGS)
 	cmake --build build-fuzz -j $(JOBS) --target ds4_fuzz_targets
+	mkdir -p build-fuzz/corpus/gguf build-fuzz/corpus/request
+	build-fuzz/fuzz/fuzz_gguf -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus/gguf tests/fixtures/gguf
+	build-fuzz/fuzz/fuzz_request -max_total_time=$(FUZZ_SECONDS) -max_len=4096 build-fuzz/corpus/request tests/fuzz/corpus/request
 
 bench: build
 	@for b in build/bench/*; do [ -x "$$b" ] && "$$b"; done
