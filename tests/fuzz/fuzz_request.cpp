@@ -24,6 +24,7 @@
 namespace {
 
 using namespace ds4::server;
+namespace chat = ds4::chat;
 
 const ds4::Tokenizer& tok() {
   static const ds4::Tokenizer t =
