@@ -169,4 +169,99 @@ float search_scale_qp(int n, int nmax, const float* x, uint8_t* L, const float* 
   return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
 }
 
+
+float search_scale_qx(int n, int nmax, const float* x, int8_t* L, const float* weights) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::memset(L, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  const float fmax = static_cast<float>(nmax);
+  auto weight = [&](int i) { return weights ? weights[i] : x[i] * x[i]; };
+  float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l + nmax);
+    const float w = weight(i), fl = static_cast<float>(l);
+    sumlx += w * x[i] * fl;
+    suml2 += w * fl * fl;
+  }
+  float scale = suml2 ? sumlx / suml2 : 0.0f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(fmax + 0.1f * static_cast<float>(is)) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+      const float w = weight(i), fl = static_cast<float>(l);
+      sumlx += w * x[i] * fl;
+      suml2 += w * fl * fl;
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i)
+        L[i] = static_cast<int8_t>(nmax + clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+float search_scale_q3(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i) {
+    const float ax = std::fabs(x[i]);
+    if (ax > amax) {
+      amax = ax;
+      max = x[i];
+    }
+  }
+  if (amax < kGroupMaxEps) {
+    std::memset(L, 0, static_cast<size_t>(n));
+    return 0.0f;
+  }
+  const float iscale = static_cast<float>(-nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = clamp_int(nearest_int(iscale * x[i]), -nmax, nmax - 1);
+    L[i] = static_cast<int8_t>(l);
+    const float w = x[i] * x[i], fl = static_cast<float>(l);
+    sumlx += w * x[i] * fl;
+    suml2 += w * fl * fl;
+  }
+  for (int itry = 0; itry < 5; ++itry) {
+    int n_changed = 0;
+    for (int i = 0; i < n; ++i) {
+      const float w = x[i] * x[i];
+      float slx = sumlx - w * x[i] * static_cast<float>(L[i]);
+      if (slx > 0) {
+        float sl2 = suml2 - w * static_cast<float>(L[i]) * static_cast<float>(L[i]);
+        const int new_l = clamp_int(nearest_int(x[i] * sl2 / slx), -nmax, nmax - 1);
+        if (new_l != L[i]) {
+          slx += w * x[i] * static_cast<float>(new_l);
+          sl2 += w * static_cast<float>(new_l) * static_cast<float>(new_l);
+          if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+            L[i] = static_cast<int8_t>(new_l);
+            sumlx = slx;
+            suml2 = sl2;
+            ++n_changed;
+          }
+        }
+      }
+    }
+    if (!n_changed) break;
+  }
+  for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
+  return sumlx / suml2;
+}
+
 }  // namespace ds4::quant

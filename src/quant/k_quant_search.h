@@ -33,4 +33,11 @@ float search_scale_min_qkx3(int n, int nmax, const float* x, const float* weight
 // weighted search; returns the super-block scale.
 float search_scale_qp(int n, int nmax, const float* x, uint8_t* L, const float* weights);
 
+// Symmetric fit x ~ scale*(L - nmax), L in [0, 2*nmax): ggml's make_qx_quants with
+// rmse_type 1 (weights == nullptr means x^2). Returns the scale.
+float search_scale_qx(int n, int nmax, const float* x, int8_t* L, const float* weights);
+
+// ggml's make_q3_quants with do_rmse (Q3_K's reference writer): L in [0, 2*nmax).
+float search_scale_q3(int n, int nmax, const float* x, int8_t* L);
+
 }  // namespace ds4::quant

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "quant/kernels.h"
+#include "quant/kernels_ext.h"
 
 #if DS4_HAVE_IQ2_XXS
 #include "quant/iq2_xxs.h"
@@ -74,6 +75,21 @@ DotFn scalar_kernel(GgmlType t) {
     case GgmlType::Q8_0: return vec_dot_q8_0_q8_0_scalar;
     case GgmlType::Q2_K: return vec_dot_q2_K_q8_K_scalar;
     case GgmlType::Q4_K: return vec_dot_q4_K_q8_K_scalar;
+    case GgmlType::Q4_0: return vec_dot_q4_0_q8_0_scalar;
+    case GgmlType::Q5_0: return vec_dot_q5_0_q8_0_scalar;
+    case GgmlType::Q5_1: return vec_dot_q5_1_q8_1_scalar;
+    case GgmlType::IQ4_NL: return vec_dot_iq4_nl_q8_0_scalar;
+    case GgmlType::MXFP4: return vec_dot_mxfp4_q8_0_scalar;
+    case GgmlType::Q3_K: return vec_dot_q3_K_q8_K_scalar;
+    case GgmlType::Q5_K: return vec_dot_q5_K_q8_K_scalar;
+    case GgmlType::Q6_K: return vec_dot_q6_K_q8_K_scalar;
+    case GgmlType::IQ4_XS: return vec_dot_iq4_xs_q8_K_scalar;
+    case GgmlType::IQ2_XS: return vec_dot_iq2_xs_q8_K_scalar;
+    case GgmlType::IQ2_S: return vec_dot_iq2_s_q8_K_scalar;
+    case GgmlType::IQ3_XXS: return vec_dot_iq3_xxs_q8_K_scalar;
+    case GgmlType::IQ3_S: return vec_dot_iq3_s_q8_K_scalar;
+    case GgmlType::IQ1_S: return vec_dot_iq1_s_q8_K_scalar;
+    case GgmlType::IQ1_M: return vec_dot_iq1_m_q8_K_scalar;
 #if DS4_HAVE_IQ2_XXS
     case GgmlType::IQ2_XXS: return vec_dot_iq2_xxs_q8_K_scalar;
 #endif
@@ -90,6 +106,21 @@ DotFn avx2_kernel(GgmlType t) {
     case GgmlType::Q8_0: return vec_dot_q8_0_q8_0_avx2;
     case GgmlType::Q2_K: return vec_dot_q2_K_q8_K_avx2;
     case GgmlType::Q4_K: return vec_dot_q4_K_q8_K_avx2;
+    case GgmlType::Q4_0: return vec_dot_q4_0_q8_0_avx2;
+    case GgmlType::Q5_0: return vec_dot_q5_0_q8_0_avx2;
+    case GgmlType::Q5_1: return vec_dot_q5_1_q8_1_avx2;
+    case GgmlType::IQ4_NL: return vec_dot_iq4_nl_q8_0_avx2;
+    case GgmlType::MXFP4: return vec_dot_mxfp4_q8_0_avx2;
+    case GgmlType::Q3_K: return vec_dot_q3_K_q8_K_avx2;
+    case GgmlType::Q5_K: return vec_dot_q5_K_q8_K_avx2;
+    case GgmlType::Q6_K: return vec_dot_q6_K_q8_K_avx2;
+    case GgmlType::IQ4_XS: return vec_dot_iq4_xs_q8_K_avx2;
+    case GgmlType::IQ2_XS: return vec_dot_iq2_xs_q8_K_avx2;
+    case GgmlType::IQ2_S: return vec_dot_iq2_s_q8_K_avx2;
+    case GgmlType::IQ3_XXS: return vec_dot_iq3_xxs_q8_K_avx2;
+    case GgmlType::IQ3_S: return vec_dot_iq3_s_q8_K_avx2;
+    case GgmlType::IQ1_S: return vec_dot_iq1_s_q8_K_avx2;
+    case GgmlType::IQ1_M: return vec_dot_iq1_m_q8_K_avx2;
 #if DS4_HAVE_IQ2_XXS_AVX2
     case GgmlType::IQ2_XXS: return vec_dot_iq2_xxs_q8_K_avx2;
 #endif
@@ -134,6 +165,22 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n) {
     case GgmlType::Q8_K: dequantize_row_q8_K(src, dst, n); return;
     case GgmlType::Q2_K: dequantize_row_q2_K(src, dst, n); return;
     case GgmlType::Q4_K: dequantize_row_q4_K(src, dst, n); return;
+    case GgmlType::Q4_0: dequantize_row_q4_0(src, dst, n); return;
+    case GgmlType::Q5_0: dequantize_row_q5_0(src, dst, n); return;
+    case GgmlType::Q5_1: dequantize_row_q5_1(src, dst, n); return;
+    case GgmlType::Q8_1: dequantize_row_q8_1(src, dst, n); return;
+    case GgmlType::IQ4_NL: dequantize_row_iq4_nl(src, dst, n); return;
+    case GgmlType::MXFP4: dequantize_row_mxfp4(src, dst, n); return;
+    case GgmlType::Q3_K: dequantize_row_q3_K(src, dst, n); return;
+    case GgmlType::Q5_K: dequantize_row_q5_K(src, dst, n); return;
+    case GgmlType::Q6_K: dequantize_row_q6_K(src, dst, n); return;
+    case GgmlType::IQ4_XS: dequantize_row_iq4_xs(src, dst, n); return;
+    case GgmlType::IQ2_XS: dequantize_row_iq2_xs(src, dst, n); return;
+    case GgmlType::IQ2_S: dequantize_row_iq2_s(src, dst, n); return;
+    case GgmlType::IQ3_XXS: dequantize_row_iq3_xxs(src, dst, n); return;
+    case GgmlType::IQ3_S: dequantize_row_iq3_s(src, dst, n); return;
+    case GgmlType::IQ1_S: dequantize_row_iq1_s(src, dst, n); return;
+    case GgmlType::IQ1_M: dequantize_row_iq1_m(src, dst, n); return;
 #if DS4_HAVE_IQ2_XXS
     case GgmlType::IQ2_XXS: dequantize_row_iq2_xxs(src, dst, n); return;
 #endif
@@ -164,6 +211,12 @@ size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, 
     case GgmlType::Q8_0: quantize_row_q8_0(src, dst, n); return bytes;  // ggml ignores imatrix here
     case GgmlType::Q2_K: return quantize_q2_K(src, dst, nrows, n_per_row, imatrix);
     case GgmlType::Q4_K: return quantize_q4_K(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q4_0: return quantize_q4_0(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q5_0: return quantize_q5_0(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q5_1: return quantize_q5_1(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q3_K: return quantize_q3_K(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q5_K: return quantize_q5_K(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::Q6_K: return quantize_q6_K(src, dst, nrows, n_per_row, imatrix);
 #if DS4_HAVE_IQ2_XXS
     case GgmlType::IQ2_XXS: return quantize_iq2_xxs(src, dst, nrows, n_per_row, imatrix);
 #endif
@@ -176,10 +229,25 @@ GgmlType vec_dot_type(GgmlType weight_type) {
     case GgmlType::F32:
     case GgmlType::F16:
     case GgmlType::BF16: return GgmlType::F32;
-    case GgmlType::Q8_0: return GgmlType::Q8_0;
+    case GgmlType::Q8_0:
+    case GgmlType::Q4_0:
+    case GgmlType::Q5_0:
+    case GgmlType::IQ4_NL:
+    case GgmlType::MXFP4: return GgmlType::Q8_0;
+    case GgmlType::Q5_1: return GgmlType::Q8_1;
     case GgmlType::Q2_K:
+    case GgmlType::Q3_K:
     case GgmlType::Q4_K:
-    case GgmlType::IQ2_XXS: return GgmlType::Q8_K;
+    case GgmlType::Q5_K:
+    case GgmlType::Q6_K:
+    case GgmlType::IQ4_XS:
+    case GgmlType::IQ2_XXS:
+    case GgmlType::IQ2_XS:
+    case GgmlType::IQ2_S:
+    case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S:
+    case GgmlType::IQ1_S:
+    case GgmlType::IQ1_M: return GgmlType::Q8_K;
     default: fail("vec_dot_type: no dot product for weight type {}", name_of(weight_type));
   }
 }
@@ -190,6 +258,7 @@ void quantize_activation_row(GgmlType act_type, const float* x, void* dst, int64
   switch (act_type) {
     case GgmlType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
     case GgmlType::Q8_0: quantize_row_q8_0(x, dst, n); return;
+    case GgmlType::Q8_1: quantize_row_q8_1(x, dst, n); return;
     case GgmlType::Q8_K: quantize_row_q8_K(x, dst, n); return;
     default: fail("quantize_activation_row: {} is not an activation format", name_of(act_type));
   }
