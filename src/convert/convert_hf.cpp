@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "convert/fp8_fp4.h"
 #include "convert/hf_config.h"
 #include "convert/hf_names.h"
 #include "convert/metadata.h"
@@ -34,6 +35,18 @@ struct Source {
   const StTensor* stack = nullptr;       // transformers' stacked experts
   int stack_half = 0;                    // gate_up_proj: 0 = gate rows, 1 = up rows
   std::vector<std::string> hf_names;
+  // FP8/FP4 block scales of `whole` / of each expert (official release), else null.
+  const StTensor* whole_scale = nullptr;
+  std::vector<const StTensor*> expert_scales;
+  std::vector<std::string> scale_names;
+};
+
+// The weight (and its scale) that holds slab `slab` of a planned tensor, for the per-source
+// readers below; stacked transformers tensors are never FP8/FP4.
+struct SlabSource {
+  const StTensor* weight;
+  const StTensor* scale;
+  uint64_t first_row;  // of the weight's [out, in] matrix
 };
 
 std::string shape_str(const std::vector<uint64_t>& v) {
@@ -80,7 +93,15 @@ void read_rows(const TensorPlan& p, const Source& s, uint64_t slab, uint64_t row
   const uint64_t ne0 = p.ne[0];
   uint64_t rows_per_slab = 1;
   for (size_t d = 1; d < p.ne.size() && (p.ne.size() < 3 || d < 2); ++d) rows_per_slab *= p.ne[d];
-  if (s.whole) {
+  const StTensor* scale = s.whole ? s.whole_scale : !s.expert_scales.empty() ? s.expert_scales[slab] : nullptr;
+  if (scale) {
+    const StTensor& w = s.whole ? *s.whole : *s.experts[slab];
+    const uint64_t first = s.whole ? slab * rows_per_slab + row0 : row0;
+    if (is_fp8(w))
+      decode_fp8_rows(w, *scale, ne0, first, nrows, dst);
+    else
+      decode_fp4_rows(w, *scale, ne0, first, nrows, dst);
+  } else if (s.whole) {
     to_f32(*s.whole, (slab * rows_per_slab + row0) * ne0, nrows * ne0, dst);
   } else if (!s.experts.empty()) {
     to_f32(*s.experts[slab], row0 * ne0, nrows * ne0, dst);
@@ -162,6 +183,24 @@ ConvertReport convert_hf(const ConvertOptions& o) {
           s.hf_names.push_back(t.name);
           break;
         }
+        case MappedName::Kind::Scale: {
+          Source& s = sources[m.gguf];
+          if (s.whole_scale) fail("GGUF tensor {} has two scale tensors, '{}' and '{}'", m.gguf, s.scale_names.front(), t.name);
+          s.whole_scale = &t;
+          s.scale_names.push_back(t.name);
+          break;
+        }
+        case MappedName::Kind::ExpertScale: {
+          Source& s = sources[m.gguf];
+          if (static_cast<uint32_t>(m.expert) >= shape.n_experts)
+            fail("{}: tensor '{}' is expert {}, but config.json has {} experts", f->path(), t.name, m.expert,
+                 shape.n_experts);
+          s.expert_scales.resize(shape.n_experts, nullptr);
+          if (s.expert_scales[m.expert]) fail("expert scale tensor '{}' given twice", t.name);
+          s.expert_scales[m.expert] = &t;
+          s.scale_names.push_back(t.name);
+          break;
+        }
         case MappedName::Kind::Ignored:
           break;
       }
@@ -177,7 +216,29 @@ ConvertReport convert_hf(const ConvertOptions& o) {
       fail("{}: no tensor for GGUF {} {} (layer {}, compress ratio {})", o.hf_dir, p.name, shape_str(p.ne), p.layer,
            p.layer >= 0 ? shape.compress_ratios[p.layer] : 0);
     const Source& s = it->second;
-    auto check = [&](const StTensor& st, std::vector<uint64_t> want_torch) {
+    if (s.hf_names.empty()) fail("{}: scale tensor '{}' has no weight tensor", o.hf_dir, s.scale_names.front());
+    auto check = [&](const StTensor& st, std::vector<uint64_t> want_torch, const StTensor* scale) {
+      const uint64_t out = want_torch.size() == 2 ? want_torch[0] : 0, in = want_torch.back();
+      if (is_fp8(st) || is_fp4(st)) {
+        if (!scale)
+          fail("{}: tensor '{}' is {} but has no '.scale' block-scale tensor", st.file, st.name, st_dtype_name(st.dtype));
+        if (want_torch.size() != 2) fail("{}: tensor '{}': FP8/FP4 is supported for 2-D weights only", st.file, st.name);
+        if (is_fp4(st)) {
+          if (in % 2 != 0) fail("{}: FP4 tensor '{}' for GGUF {} needs an even input count, got {}", st.file, st.name, p.name, in);
+          want_torch.back() = in / 2;
+        }
+        if (st.shape != want_torch)
+          fail("{}: tensor '{}' has shape {}, expected {} (packed {}) for GGUF {} {}", st.file, st.name, shape_str(st.shape),
+               shape_str(want_torch), st_dtype_name(st.dtype), p.name, shape_str(p.ne));
+        if (is_fp8(st))
+          check_fp8_scale(st, *scale, out, in);
+        else
+          check_fp4_scale(st, *scale, out, in);
+        return;
+      }
+      if (scale)
+        fail("{}: tensor '{}' has a block-scale tensor '{}' but dtype {} (expected F8_E4M3, or I8/U8 FP4)", st.file,
+             st.name, scale->name, st_dtype_name(st.dtype));
       if (st.shape != want_torch)
         fail("{}: tensor '{}' has shape {}, expected {} for GGUF {} {}", st.file, st.name, shape_str(st.shape),
              shape_str(want_torch), p.name, shape_str(p.ne));
@@ -186,21 +247,35 @@ ConvertReport convert_hf(const ConvertOptions& o) {
           fail("{}: tensor '{}' has dtype {}, expected I64 or I32", st.file, st.name, st_dtype_name(st.dtype));
       } else if (st.dtype != StDtype::F32 && st.dtype != StDtype::F16 && st.dtype != StDtype::BF16 &&
                  st.dtype != StDtype::F64) {
-        fail("{}: tensor '{}' has dtype {}, expected F32, F16 or BF16 (dequantize FP8/FP4 checkpoints first)",
+        fail("{}: tensor '{}' has dtype {}, expected F32, F16, BF16, or F8_E4M3 / I8 (FP4) with a '.scale' tensor",
              st.file, st.name, st_dtype_name(st.dtype));
       }
     };
     if (s.whole) {
-      check(*s.whole, std::vector<uint64_t>(p.ne.rbegin(), p.ne.rend()));
+      if (!s.expert_scales.empty()) fail("{}: GGUF {} has per-expert scales but one whole weight", o.hf_dir, p.name);
+      check(*s.whole, std::vector<uint64_t>(p.ne.rbegin(), p.ne.rend()), s.whole_scale);
     } else if (!s.experts.empty()) {
       if (p.ne.size() != 3) fail("GGUF {} is not an expert tensor, but per-expert tensors map to it", p.name);
+      if (s.whole_scale) fail("{}: scale '{}' does not belong to per-expert tensors", o.hf_dir, s.whole_scale->name);
       for (uint32_t e = 0; e < shape.n_experts; ++e) {
         if (!s.experts[e]) fail("{}: expert {} of GGUF {} is missing (have '{}')", o.hf_dir, e, p.name, s.hf_names.front());
-        check(*s.experts[e], {p.ne[1], p.ne[0]});
+        check(*s.experts[e], {p.ne[1], p.ne[0]}, s.expert_scales.empty() ? nullptr : s.expert_scales[e]);
       }
     } else {
+      if (s.whole_scale || !s.expert_scales.empty()) fail("{}: GGUF {}: stacked expert tensors cannot have block scales", o.hf_dir, p.name);
       const uint64_t rows = p.role == Role::ExpertGateUp ? 2 * p.ne[1] : p.ne[1];
-      check(*s.stack, {p.ne[2], rows, p.ne[0]});
+      check(*s.stack, {p.ne[2], rows, p.ne[0]}, nullptr);
+    }
+    if (p.type == GgmlType::MXFP4) {
+      // Lossless repack only: every expert must be FP4 in the checkpoint.
+      for (const StTensor* st : s.experts)
+        if (!is_fp4(*st))
+          fail("--type mxfp4-moe repacks the official FP4 experts bit for bit, but '{}' is {} (use q8_0 or flash-q4 for "
+               "this checkpoint)",
+               st->name, st_dtype_name(st->dtype));
+      if (s.experts.empty())
+        fail("--type mxfp4-moe repacks the official FP4 experts bit for bit, but GGUF {} comes from '{}' ({})", p.name,
+             s.hf_names.front(), st_dtype_name((s.whole ? s.whole : s.stack)->dtype));
     }
   }
   for (const auto& [g, s] : sources)
@@ -252,6 +327,18 @@ ConvertReport convert_hf(const ConvertOptions& o) {
     for (size_t d = 1; d < std::min<size_t>(p.ne.size(), 2); ++d) rows *= p.ne[d];
     const uint64_t step = std::max<uint64_t>(1, kChunkValues / ne0);
     for (uint64_t slab = 0; slab < slabs; ++slab) {
+      if (p.type == GgmlType::MXFP4) {  // bit-for-bit repack of one expert's FP4 matrix, in row chunks
+        const StTensor& wt = *s.experts[slab];
+        std::vector<uint8_t> bytes;
+        for (uint64_t r0 = 0; r0 < rows; r0 += step) {
+          const uint64_t nr = std::min(step, rows - r0);
+          bytes.resize(row_bytes(traits(GgmlType::MXFP4), ne0) * nr);
+          repack_fp4_rows_mxfp4(wt, *s.expert_scales[slab], ne0, r0, nr, bytes.data());
+          w.write_tensor_data(bytes);
+          rep.data_bytes += bytes.size();
+        }
+        continue;
+      }
       for (uint64_t r0 = 0; r0 < rows; r0 += step) {
         const uint64_t nr = std::min(step, rows - r0);
         buf.resize(nr * ne0);

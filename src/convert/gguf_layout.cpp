@@ -11,6 +11,7 @@ std::optional<Recipe> recipe_from_name(std::string_view n) {
   if (n == "q8_0") return Recipe::Q8_0;
   if (n == "flash-q2") return Recipe::FlashQ2;
   if (n == "flash-q4") return Recipe::FlashQ4;
+  if (n == "mxfp4-moe") return Recipe::Mxfp4Moe;
   return std::nullopt;
 }
 
@@ -21,6 +22,7 @@ std::string_view recipe_name(Recipe r) {
     case Recipe::Q8_0: return "q8_0";
     case Recipe::FlashQ2: return "flash-q2";
     case Recipe::FlashQ4: return "flash-q4";
+    case Recipe::Mxfp4Moe: return "mxfp4-moe";
   }
   return "?";
 }
@@ -46,6 +48,7 @@ GgmlType wanted_type(Role role, Recipe r, bool down) {
     case Role::ExpertDown:
       if (r == Recipe::Q8_0) return GgmlType::Q8_0;
       if (r == Recipe::FlashQ4) return GgmlType::Q4_K;
+      if (r == Recipe::Mxfp4Moe) return GgmlType::MXFP4;
       return down ? GgmlType::Q2_K : GgmlType::IQ2_XXS;
     default:
       return GgmlType::F32;

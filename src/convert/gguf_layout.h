@@ -15,7 +15,9 @@ namespace ds4::convert {
 // f32: every float tensor F32. f16: matrices F16, vectors F32.
 // q8_0: the published Flash table (spec §3.1/3.2) with the routed experts in Q8_0 as well.
 // flash-q2: the published q2 file: experts gate/up IQ2_XXS, down Q2_K. flash-q4: Q4_K experts.
-enum class Recipe { F32, F16, Q8_0, FlashQ2, FlashQ4 };
+// mxfp4-moe: the q8_0 table with the routed experts in MXFP4, repacked bit for bit from the
+// official release's FP4 experts (no requantization; other sources are refused).
+enum class Recipe { F32, F16, Q8_0, FlashQ2, FlashQ4, Mxfp4Moe };
 std::optional<Recipe> recipe_from_name(std::string_view name);
 std::string_view recipe_name(Recipe r);
 

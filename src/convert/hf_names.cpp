@@ -132,10 +132,20 @@ MappedName map_hf_name(std::string_view full) {
   }
   // Known names first: "attn_hc.scale" / "hc_head.hc_scale" are HC parameters, not FP8 scales.
   auto unknown = [&]() -> MappedName {
-    if (ends_with(n, ".scale") || ends_with(n, ".weight_scale_inv"))
-      fail("tensor '{}' is an FP8/FP4 block scale: quantized official checkpoints must be dequantized to "
-           "BF16/F32 before convert-hf",
-           full);
+    for (std::string_view suf : {std::string_view(".weight_scale_inv"), std::string_view(".scale")}) {
+      if (!ends_with(n, suf)) continue;
+      const std::string weight = std::string(full.substr(0, full.size() - suf.size())) + ".weight";
+      MappedName w;
+      try {
+        w = map_hf_name(weight);
+      } catch (const Error&) {
+        fail("tensor '{}' looks like a block scale, but '{}' is not a DeepSeek V4 weight", full, weight);
+      }
+      if (w.kind == MappedName::Kind::Whole) w.kind = MappedName::Kind::Scale;
+      else if (w.kind == MappedName::Kind::Expert) w.kind = MappedName::Kind::ExpertScale;
+      else fail("tensor '{}': block scales of '{}' are not supported", full, weight);
+      return w;
+    }
     fail("tensor '{}' is not part of a DeepSeek V4 checkpoint", full);
   };
   for (const auto& a : kGlobal)

@@ -20,6 +20,8 @@ struct MappedName {
     GateUpStack,  // transformers' [E, 2I, H]: first I rows of each expert -> gate, next I -> up
     DownStack,    // transformers' [E, H, I] -> ffn_down_exps
     Ignored,      // MTP block (lives in a separate GGUF)
+    Scale,        // "<weight>.scale" / ".weight_scale_inv": FP8/FP4 block scales of a Whole tensor
+    ExpertScale,  // the same for one expert's matrix
   };
   Kind kind = Kind::Whole;
   std::string gguf;  // for GateUpStack: the gate tensor's name (up is the same with "up")
@@ -27,8 +29,9 @@ struct MappedName {
   int expert = -1;
 };
 
-// Throws ds4::Error for names that are not part of a DeepSeek V4 checkpoint, and for FP8
-// scale tensors (".scale" companions), which this converter does not dequantize.
+// Throws ds4::Error for names that are not part of a DeepSeek V4 checkpoint. A ".scale" (or
+// ".weight_scale_inv") companion of a known weight maps to that weight's GGUF name with kind
+// Scale / ExpertScale (the official release's FP8/FP4 block scales).
 MappedName map_hf_name(std::string_view hf_name);
 
 }  // namespace ds4::convert

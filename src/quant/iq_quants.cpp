@@ -2,12 +2,14 @@
 // decoders (bit-exact with ggml) and scalar dots against Q8_K. Each dot computes exact
 // integer block sums, then adds one float per block into lane b % 8 (lane_sum.h); the AVX2
 // kernels compute the same integers and the same float expression.
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
 #include "quant/blocks_ext.h"
 #include "quant/iq2_tables.h"
 #include "quant/iq_grids.h"
+#include "quant/k_quant_search.h"
 #include "quant/kernels_ext.h"
 #include "quant/lane_sum.h"
 
@@ -362,6 +364,138 @@ float vec_dot_iq4_xs_q8_K_scalar(const void* w, const void* act, int64_t n) {
     acc[i % kLanes] += (fp16_to_fp32(x[i].d) * y[i].d) * static_cast<float>(isum);
   }
   return fold_lanes8(acc);
+}
+
+// ----------------------------------------------------------------------------- IQ4 writers
+
+namespace {
+
+// Index of the value in the sorted 16-entry table nearest to x (ggml's best_index_int8).
+int best_index_iq4(float x) {
+  const int8_t* val = kvalues_iq4nl;
+  if (x <= val[0]) return 0;
+  if (x >= val[15]) return 15;
+  int ml = 0, mu = 15;
+  while (mu - ml > 1) {
+    const int mav = (ml + mu) / 2;
+    if (x < val[mav])
+      mu = mav;
+    else
+      ml = mav;
+  }
+  return x - val[mu - 1] < val[mu] - x ? mu - 1 : mu;
+}
+
+// ggml's quantize_row_iq4_nl_impl with ntry = 7, for one super-block of `n` weights in
+// sub-blocks of 32 (n == 32: IQ4_NL, one scale; n == 256: IQ4_XS, 6-bit sub-block scales).
+// Writes *d (f16 bits), q4 (n/2 bytes) and, for IQ4_XS, the packed scales.
+void quantize_iq4_super_block(int n, const float* x, const float* qw, uint16_t* d_out, uint8_t* q4, uint16_t* scales_h,
+                              uint8_t* scales_l) {
+  constexpr int kBlock = 32, kNtry = 7;
+  const int8_t* values = kvalues_iq4nl;
+  float weight[kBlock], scales[kQK_K / kBlock];
+  uint8_t L[kQK_K];
+  float sigma2 = 0;
+  for (int j = 0; j < n; ++j) sigma2 += x[j] * x[j];
+  sigma2 *= 2.f / static_cast<float>(n);
+  std::memset(q4, 0, static_cast<size_t>(n / 2));
+  *d_out = fp32_to_fp16(0.f);
+  float max_scale = 0, amax_scale = 0;
+  const int nb = n / kBlock;
+  for (int ib = 0; ib < nb; ++ib) {
+    const float* xb = x + ib * kBlock;
+    uint8_t* Lb = L + ib * kBlock;
+    for (int j = 0; j < kBlock; ++j)
+      weight[j] = qw ? qw[ib * kBlock + j] * std::sqrt(sigma2 + xb[j] * xb[j]) : xb[j] * xb[j];
+    float amax = 0, max = 0;
+    for (int j = 0; j < kBlock; ++j)
+      if (std::fabs(xb[j]) > amax) amax = std::fabs(xb[j]), max = xb[j];
+    if (amax < 1e-15f) {
+      scales[ib] = 0;
+      continue;
+    }
+    float d = -max / values[0];
+    float id = 1 / d;
+    float sumqx = 0, sumq2 = 0;
+    for (int j = 0; j < kBlock; ++j) {
+      const int l = best_index_iq4(id * xb[j]);
+      Lb[j] = static_cast<uint8_t>(l);
+      const float q = values[l], w = weight[j];
+      sumqx += w * q * xb[j];
+      sumq2 += w * q * q;
+    }
+    d = sumqx / sumq2;
+    float best = d * sumqx;
+    for (int itry = -kNtry; itry <= kNtry; ++itry) {
+      id = static_cast<float>(itry + values[0]) / max;
+      sumqx = sumq2 = 0;
+      for (int j = 0; j < kBlock; ++j) {
+        const float q = values[best_index_iq4(id * xb[j])], w = weight[j];
+        sumqx += w * q * xb[j];
+        sumq2 += w * q * q;
+      }
+      if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+        d = sumqx / sumq2;
+        best = d * sumqx;
+      }
+    }
+    scales[ib] = d;
+    if (std::fabs(d) > amax_scale) amax_scale = std::fabs(d), max_scale = d;
+  }
+  if (nb > 1) {
+    *scales_h = 0;
+    const float d = -max_scale / 32;
+    *d_out = fp32_to_fp16(d);
+    const float id = d ? 1 / d : 0.f;
+    for (int ib = 0; ib < nb; ++ib) {
+      int l = nearest_int(id * scales[ib]);
+      l = l < -32 ? -32 : (l > 31 ? 31 : l);
+      const float dl = d * static_cast<float>(l);
+      const float idl = dl ? 1 / dl : 0.f;
+      for (int j = 0; j < kBlock; ++j) L[ib * kBlock + j] = static_cast<uint8_t>(best_index_iq4(idl * x[ib * kBlock + j]));
+      l += 32;
+      const uint8_t l_l = static_cast<uint8_t>(l & 0xF), l_h = static_cast<uint8_t>(l >> 4);
+      if (ib % 2 == 0)
+        scales_l[ib / 2] = l_l;
+      else
+        scales_l[ib / 2] |= static_cast<uint8_t>(l_l << 4);
+      *scales_h = static_cast<uint16_t>(*scales_h | (l_h << (2 * (ib % 8))));
+    }
+  } else {
+    *d_out = fp32_to_fp16(scales[0]);
+    const float id = scales[0] ? 1 / scales[0] : 0;
+    for (int j = 0; j < n; ++j) L[j] = static_cast<uint8_t>(best_index_iq4(id * x[j]));
+  }
+  for (int i = 0; i < n / 32; ++i)
+    for (int j = 0; j < 16; ++j) q4[16 * i + j] = static_cast<uint8_t>(L[32 * i + j] | (L[32 * i + 16 + j] << 4));
+}
+
+}  // namespace
+
+size_t quantize_iq4_nl(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
+  auto* out = static_cast<BlockIQ4_NL*>(dst);
+  const int64_t nb = n_per_row / kQK32;
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t i = 0; i < nb; ++i) {
+      BlockIQ4_NL& b = out[r * nb + i];
+      uint16_t unused_h = 0;
+      uint8_t unused_l[4] = {};
+      quantize_iq4_super_block(kQK32, src + r * n_per_row + i * kQK32, imatrix ? imatrix + i * kQK32 : nullptr, &b.d, b.qs,
+                               &unused_h, unused_l);
+    }
+  return static_cast<size_t>(nrows * nb) * sizeof(BlockIQ4_NL);
+}
+
+size_t quantize_iq4_xs(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
+  auto* out = static_cast<BlockIQ4_XS*>(dst);
+  const int64_t nb = n_per_row / kQK_K;
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t i = 0; i < nb; ++i) {
+      BlockIQ4_XS& b = out[r * nb + i];
+      quantize_iq4_super_block(kQK_K, src + r * n_per_row + i * kQK_K, imatrix ? imatrix + i * kQK_K : nullptr, &b.d, b.qs,
+                               &b.scales_h, b.scales_l);
+    }
+  return static_cast<size_t>(nrows * nb) * sizeof(BlockIQ4_XS);
 }
 
 }  // namespace ds4::quant

@@ -44,6 +44,9 @@ void dequantize_row_iq3_s(const void* src, float* dst, int64_t n);
 void dequantize_row_iq1_s(const void* src, float* dst, int64_t n);
 void dequantize_row_iq1_m(const void* src, float* dst, int64_t n);
 void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+// As ggml's quantize_iq4_nl / quantize_iq4_xs (imatrix optional in both).
+size_t quantize_iq4_nl(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq4_xs(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 float vec_dot_iq2_xs_q8_K_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_iq2_s_q8_K_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_iq3_xxs_q8_K_scalar(const void* w, const void* act, int64_t n);

@@ -217,6 +217,8 @@ size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, 
     case GgmlType::Q3_K: return quantize_q3_K(src, dst, nrows, n_per_row, imatrix);
     case GgmlType::Q5_K: return quantize_q5_K(src, dst, nrows, n_per_row, imatrix);
     case GgmlType::Q6_K: return quantize_q6_K(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ4_NL: return quantize_iq4_nl(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ4_XS: return quantize_iq4_xs(src, dst, nrows, n_per_row, imatrix);
 #if DS4_HAVE_IQ2_XXS
     case GgmlType::IQ2_XXS: return quantize_iq2_xxs(src, dst, nrows, n_per_row, imatrix);
 #endif

@@ -1,4 +1,4 @@
-// ds4-gguf convert-hf --hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4] [--threads N]
+// ds4-gguf convert-hf --hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4|mxfp4-moe] [--threads N]
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -11,7 +11,7 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ds4-gguf convert-hf --hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4] "
+               "usage: ds4-gguf convert-hf --hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4|mxfp4-moe] "
                "[--threads N] [--quiet]\n");
   return 2;
 }
@@ -30,7 +30,7 @@ int cmd_convert_hf(int argc, char** argv) {
     else if (a == "--type") {
       std::string t = value();
       auto r = ds4::convert::recipe_from_name(t);
-      if (!r) throw ds4::Error("convert-hf: unknown --type '" + t + "' (f32, f16, q8_0, flash-q2, flash-q4)");
+      if (!r) throw ds4::Error("convert-hf: unknown --type '" + t + "' (f32, f16, q8_0, flash-q2, flash-q4, mxfp4-moe)");
       o.recipe = *r;
     } else if (a == "--threads") o.threads = std::atoi(value().c_str());
     else if (a == "--quiet") quiet = true;
@@ -56,7 +56,7 @@ int cmd_convert_hf(int argc, char** argv) {
 }
 
 const bool registered = ds4::tools::register_command(
-    {"convert-hf", "--hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4]   HF DeepSeek V4 checkpoint -> GGUF",
+    {"convert-hf", "--hf DIR --out FILE.gguf [--type f32|f16|q8_0|flash-q2|flash-q4|mxfp4-moe]   HF DeepSeek V4 checkpoint -> GGUF",
      cmd_convert_hf});
 
 }  // namespace

@@ -11,11 +11,10 @@ namespace ds4::model::deepseek4 {
 
 namespace {
 
-bool is_float(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-
 bool is_matmul_type(GgmlType t) {
   switch (t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16: case GgmlType::Q8_0:
+    case GgmlType::Q4_0: case GgmlType::Q5_0: case GgmlType::Q5_1: case GgmlType::Q3_K: case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS: case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::MXFP4:
     case GgmlType::Q2_K: case GgmlType::Q4_K: case GgmlType::IQ2_XXS: return true;
     default: return false;
   }
@@ -54,9 +53,9 @@ class Binder {
   }
 
   void check_matmul_type(const gguf::TensorInfo& t, int64_t n_in, bool float_only) {
-    if (float_only ? !is_float(t.type) : !is_matmul_type(t.type))
+    if (!is_matmul_type(t.type))  // float_only rows (ape) go through row_as_f32, which decodes every matmul type
       fail("{}: tensor {} has type {}, expected {}", f_.path(), t.name, traits(t.type).name,
-           float_only ? "f32, f16 or bf16" : "f32, f16, bf16, q8_0, q2_K, q4_K or iq2_xxs");
+           float_only ? "a type row_as_f32 decodes (docs/FORMATS.md)" : "a matmul type (docs/FORMATS.md)");
     const auto& tr = traits(t.type);
     if (n_in % tr.block_elems != 0)
       fail("{}: tensor {}: row length {} is not a multiple of the {} block size {}", f_.path(), t.name, n_in, tr.name,

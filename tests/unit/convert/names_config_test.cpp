@@ -89,11 +89,27 @@ TEST(ConvertNames, RejectsForeignAndQuantizedNames) {
   EXPECT_THROW(map_hf_name("model.layers.0.mlp.up_proj.weight"), ds4::Error);
   EXPECT_THROW(map_hf_name("transformer.h.0.attn.weight"), ds4::Error);
   EXPECT_THROW(map_hf_name("layers.x.attn.wq_a.weight"), ds4::Error);
-  EXPECT_THROW(map_hf_name("layers.3.attn.wq_a.scale"), ds4::Error);
+  EXPECT_THROW(map_hf_name("layers.3.attn.bogus.scale"), ds4::Error);  // a scale of nothing we know
+}
+
+// The official release's FP8/FP4 block scales name the weight they scale.
+TEST(ConvertNames, MapsBlockScalesToTheirWeights) {
+  auto s = map_hf_name("layers.3.attn.wq_a.scale");
+  EXPECT_EQ(s.kind, Kind::Scale);
+  EXPECT_EQ(s.gguf, "blk.3.attn_q_a.weight");
+  s = map_hf_name("model.layers.2.ffn.shared_experts.w2.weight_scale_inv");
+  EXPECT_EQ(s.kind, Kind::Scale);
+  EXPECT_EQ(s.gguf, "blk.2.ffn_down_shexp.weight");
+  s = map_hf_name("layers.3.ffn.experts.1.w1.scale");
+  EXPECT_EQ(s.kind, Kind::ExpertScale);
+  EXPECT_EQ(s.gguf, "blk.3.ffn_gate_exps.weight");
+  EXPECT_EQ(s.expert, 1);
+  EXPECT_EQ(map_hf_name("mtp.0.attn.wq_a.scale").kind, Kind::Ignored);
   try {
-    map_hf_name("layers.3.ffn.experts.1.w1.scale");
+    map_hf_name("layers.3.attn.bogus.scale");
+    ADD_FAILURE() << "no error";
   } catch (const ds4::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dequantized"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("looks like a block scale"), std::string::npos) << e.what();
   }
 }
 

@@ -441,7 +441,7 @@ TEST(ConvertHf, RejectsInconsistentCheckpoints) {
   {
     auto ts = good;
     ts["model.layers.1.attn.wq_a.scale"] = RawTensor{"F32", {1}, std::vector<uint8_t>(4, 0)};
-    expect_convert_error(ts, "dequantized");
+    expect_convert_error(ts, "has a block-scale tensor 'model.layers.1.attn.wq_a.scale' but dtype F32");
   }
 }
 

@@ -237,8 +237,8 @@ TEST(GgufValidation, ByteSizeOverflow) {
 }
 
 TEST(GgufValidation, UnknownTensorType) {
-  // 2 is ggml's Q4_0: valid for ggml but not a type DwarfStar handles.
-  for (uint32_t t : {2u, 99u}) {
+  // 3 is ggml's Q4_1: valid for ggml but not a type DwarfStar handles.
+  for (uint32_t t : {3u, 99u}) {
     EXPECT_THAT(reject(one_tensor("w", {32}, t, 0, 64)),
                 AtOffset(45, "tensor 'w': unknown or unsupported ggml type id " + std::to_string(t)));
   }

@@ -1,5 +1,5 @@
 // Encoding the same float rows must give ggml's bytes exactly, with and without importance
-// weights: Q4_0, Q5_0, Q5_1, Q3_K, Q5_K, Q6_K; and Q8_1 activations (quantize_row_q8_1_ref).
+// weights: Q4_0, Q5_0, Q5_1, Q3_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS; and Q8_1 activations (quantize_row_q8_1_ref).
 // Rows cover several scales, outliers, zeros, constants, tiny values and exact rounding ties.
 #include <gtest/gtest.h>
 
@@ -71,7 +71,8 @@ struct Writer {
   const char* name;
 };
 const Writer kWriters[] = {{GgmlType::Q4_0, "q4_0"}, {GgmlType::Q5_0, "q5_0"}, {GgmlType::Q5_1, "q5_1"},
-                           {GgmlType::Q3_K, "q3_K"}, {GgmlType::Q5_K, "q5_K"}, {GgmlType::Q6_K, "q6_K"}};
+                           {GgmlType::Q3_K, "q3_K"}, {GgmlType::Q5_K, "q5_K"}, {GgmlType::Q6_K, "q6_K"},
+                           {GgmlType::IQ4_NL, "iq4_nl"}, {GgmlType::IQ4_XS, "iq4_xs"}};
 
 TEST(QuantizeExt, ReferenceWritersMatchGgml) {
   for (const auto& w : kWriters)
