@@ -152,7 +152,7 @@ TEST(GgufWriter, RejectsBadDeclarations) {
   expect_error([](Writer& w) { w.add_tensor("a", GgmlType::F32, {1, 1, 1, 1, 1}); }, "5 dims");
   expect_error([](Writer& w) { w.add_tensor("a", GgmlType::F32, {2, 0}); }, "a dimension is 0");
   expect_error([](Writer& w) { w.add_tensor("a", GgmlType::Q4_K, {128}); }, "not a multiple of the q4_K block size 256");
-  expect_error([](Writer& w) { w.add_tensor("a", static_cast<GgmlType>(2), {32}); }, "unknown ggml type id 2");
+  expect_error([](Writer& w) { w.add_tensor("a", static_cast<GgmlType>(3), {32}); }, "unknown ggml type id 3");  // Q4_1
   expect_error([](Writer& w) { w.add_tensor("a", GgmlType::F32, {1ull << 62, 4}); }, "overflows");
   EXPECT_THROW(Value::array(ValueType::U8, {Value::i8(1)}), Error);
 }
