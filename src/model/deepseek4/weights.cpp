@@ -53,9 +53,9 @@ class Binder {
   }
 
   void check_matmul_type(const gguf::TensorInfo& t, int64_t n_in, bool float_only) {
-    if (!is_matmul_type(t.type))  // float_only rows (ape) go through row_as_f32, which decodes every matmul type
+    if (!is_matmul_type(t.type))  // float_only (ape): the CPU backend decodes any of these; CUDA refuses non-float
       fail("{}: tensor {} has type {}, expected {}", f_.path(), t.name, traits(t.type).name,
-           float_only ? "a type row_as_f32 decodes (docs/FORMATS.md)" : "a matmul type (docs/FORMATS.md)");
+           float_only ? "a decodable type (docs/FORMATS.md)" : "a matmul type (docs/FORMATS.md)");
     const auto& tr = traits(t.type);
     if (n_in % tr.block_elems != 0)
       fail("{}: tensor {}: row length {} is not a multiple of the {} block size {}", f_.path(), t.name, n_in, tr.name,

@@ -124,7 +124,7 @@ class LlamaQuantized : public ::testing::Test {
     ds4::ThreadPool pool(2);
     auto be = ds4::compute::make_cpu_backend(&pool);
     std::vector<float> o(tokens_.size() * kVocab);
-    auto st = m->new_state();
+    auto st = m->new_state(*be, static_cast<int64_t>(tokens_.size()));
     m->eval(*be, st, tokens_, o.data());
     return o;
   }

@@ -59,7 +59,7 @@ class OfficialCheckpoint : public ::testing::Test {
     ds4::ThreadPool pool(2);
     auto be = ds4::compute::make_cpu_backend(&pool);
     std::vector<float> out(tokens.size() * kVocab);
-    auto st = m->new_state();
+    auto st = m->new_state(*be, static_cast<int64_t>(tokens.size()));
     m->eval(*be, st, tokens, out.data());
     return out;
   }
