@@ -3,7 +3,7 @@
 // tokens ("<｜User｜>", "</think>", "｜DSML｜", ...). Tokenization splits the text only at
 // these ranges and encodes everything between them with special-token parsing off, so text
 // that came from a client can never become a control token, whatever it contains or
-// whatever template text surrounds it (prompt_tokens.h in the server).
+// whatever template text surrounds it (chat/prompt_tokens.h).
 //
 // Only three kinds of text are ever appended:
 //   plain()   any text, client-supplied or not: never a control token;

@@ -3,9 +3,7 @@
 // become a control token: the text is split only where the renderer placed control tokens;
 // each of those is encoded with special-token parsing on (one id), every stretch between them
 // with it off.
-//
-// src/server/prompt_tokens.h has the same function in the server layer (written first); it
-// should switch to this one so the server and the agent share one definition.
+// Used by the server (src/server/prepare.cpp) and the agent.
 #include <cstdint>
 #include <functional>
 #include <optional>

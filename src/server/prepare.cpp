@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "chat/prompt_tokens.h"
 #include "chat/renderer.h"
 #include "server/api_error.h"
-#include "server/prompt_tokens.h"
 
 namespace ds4::server {
 
@@ -19,11 +19,11 @@ void prepare_job(ApiKind api, std::string_view body_text, const ParseContext& pc
     case ApiKind::Messages: job.req = parse_messages(body, pctx); break;
   }
   GenRequest& g = job.req;
-  EncodeFn encode = [&model](std::string_view t, bool special) { return model.encode(t, special); };
+  chat::EncodeFn encode = [&model](std::string_view t, bool special) { return model.encode(t, special); };
   if (g.conversation) {
     try {
       chat::MarkedText marked = chat::render_prompt_marked(*g.conversation, g.render);
-      job.prompt = tokenize_marked(encode, marked);
+      job.prompt = chat::tokenize_marked(encode, marked);
       job.prompt_text = std::move(marked.text);
     } catch (const std::exception& e) {
       throw ApiError(400, std::string(api == ApiKind::Messages ? "messages: " : "") + client_message(e), "messages");

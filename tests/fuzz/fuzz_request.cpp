@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "ds4/tokenizer.h"
 #include "server/api_error.h"
-#include "server/prompt_tokens.h"
+#include "chat/prompt_tokens.h"
 #include "server/request_parse.h"
 
 namespace {
@@ -94,8 +94,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ds4::Error&) {
     return 0;
   }
-  EncodeFn enc = [](std::string_view t, bool special) { return tok().encode(t, special); };
-  std::vector<int32_t> ids = tokenize_marked(enc, m);
+  chat::EncodeFn enc = [](std::string_view t, bool special) { return tok().encode(t, special); };
+  std::vector<int32_t> ids = chat::tokenize_marked(enc, m);
   if (tok().decode(ids) != m.text) die("tokens do not decode to the prompt");
   size_t specials = 0;
   for (int32_t id : ids) specials += special_ids().count(id);

@@ -19,11 +19,14 @@
 #include "chat/renderer.h"
 #include "server/api_error.h"
 #include "server/prepare.h"
-#include "server/prompt_tokens.h"
+#include "chat/prompt_tokens.h"
 #include "tokenizer_fixture.h"
 
 namespace ds4::server {
 namespace {
+
+using chat::EncodeFn;
+using chat::tokenize_marked;
 
 using chat::Json;
 

@@ -10,12 +10,15 @@
 #include "chat/renderer.h"
 #include "core/error.h"
 #include "server/api_error.h"
-#include "server/prompt_tokens.h"
+#include "chat/prompt_tokens.h"
 #include "server/request_parse.h"
 #include "server/writers.h"
 
 namespace ds4::server {
 namespace {
+
+using chat::EncodeFn;
+using chat::tokenize_marked;
 
 using chat::Json;
 

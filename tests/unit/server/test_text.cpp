@@ -5,11 +5,14 @@
 
 #include "server/debug_script.h"
 #include "server/dsml_gate.h"
-#include "server/prompt_tokens.h"
+#include "chat/prompt_tokens.h"
 #include "server/text_stream.h"
 
 namespace ds4::server {
 namespace {
+
+using chat::EncodeFn;
+using chat::tokenize_marked;
 
 TEST(ServerText, StopMatcherAcrossPieces) {
   StopMatcher m({"STOP", "\n\n"});
