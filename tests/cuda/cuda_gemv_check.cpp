@@ -164,18 +164,14 @@ double abs_terms(GgmlType t, const float* w, const float* w0, const float* a, in
   return s;
 }
 
-// Elements one GPU lane sums in sequence (mirrors Geom in gemv_formats.cuh: a lane takes
-// kBPL blocks per step; F32/F16/BF16 lanes take 8 elements at a time).
+// Elements one GPU lane sums in sequence (mirrors the kernels' lanes-per-row choice).
 int64_t lane_elems(GgmlType t, int64_t n) {
   const bool fl = is_float_type(t);
   const int64_t be = fl ? 8 : traits(t).block_elems;
-  const int64_t bpl = t == GgmlType::Q8_0 ? 4 : (t == GgmlType::Q2_K || t == GgmlType::IQ2_XXS) ? 2 : 1;
-  const int64_t units = fl ? (n + 7) / 8 : n / be;  // blocks (or 8-element chunks) per row
-  const int64_t items = fl ? units : (units + bpl - 1) / bpl;
+  const int64_t items = fl ? (n + 7) / 8 : n / be;
   int64_t lpr = 1;
   while (lpr < 32 && lpr < items) lpr *= 2;
-  const int64_t per_step = fl ? lpr : lpr * bpl;
-  return (units + per_step - 1) / per_step * (fl ? 1 : bpl) * be;
+  return (items + lpr - 1) / lpr * be;
 }
 double float_tol_factor(GgmlType t, int64_t n) {
   return (static_cast<double>(n) / 8 + 16 + static_cast<double>(lane_elems(t, n)) + 5) * std::ldexp(1.0, -24);

@@ -1,6 +1,6 @@
-// CUDA matmul (gemv.h): argument checks, activation quantization with the CPU's bytes, then
-// the per-format kernel (gemv_matmul.cuh, instantiated in gemv_mm_*.cu) that reads each weight
-// byte once per tile of up to 16 activation rows. Device-side structure: gemv_formats.cuh.
+// CUDA matmul (gemv.h): activation quantization with the CPU's bytes, then one kernel per
+// (weight format, row tile) reading each weight byte once per tile of up to 16 activation rows.
+// Device-side structure: gemv_formats.cuh.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -121,6 +121,85 @@ __global__ void __launch_bounds__(kThreads) k_quant_q8_K(const float* x, int64_t
   if (lane == 0) d[blk] = __fdiv_rn(1.0f, iscale);
 }
 
+// ---- matmul kernel -------------------------------------------------------------------------
+
+// Block (kWarps warps) = kWarps * (32 / LPR) consecutive output rows; blockIdx.y = tile of R
+// activation rows.
+template <class F, bool FA, int R>
+__global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                     ActQ aq, ActF af, int64_t rows, int64_t r_first, float* y,
+                                                     int64_t y_stride, int lpr_log2, int slice_bytes, bool vec) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const uint2* grid = setup_grid<F>(smem);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lpr = 1 << lpr_log2, gpw = 32 >> lpr_log2;
+  const int gl = lane & (lpr - 1), gi = lane >> lpr_log2;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) * kWarps + warp) * gpw + gi;
+  const bool active = o < n_out;
+  const int64_t r0 = r_first + static_cast<int64_t>(blockIdx.y) * R;
+  const int nr = static_cast<int>(rows - r0 < R ? rows - r0 : R);
+  if constexpr (!F::kFloat && !FA) {
+    aq.qs += r0 * aq.n;
+    aq.d += r0 * (aq.n / F::kActBE);
+    if constexpr (F::kQ8K) aq.bs += r0 * (aq.n / 16);
+  } else {
+    af.x += r0 * af.stride;
+  }
+  uint8_t* slice = smem + grid_smem_bytes<F>() + (warp * gpw + gi) * slice_bytes;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  row_dot<F, FA, R>(w + (active ? o : 0) * row_stride, n_in, aq, af, nr, acc, slice, gl, lpr, active, vec, grid);
+  group_reduce<R>(acc, lpr);
+  if (active && gl == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r < nr) {
+        float v = acc[r];
+        if constexpr (!FA && F::kPost != 1.0f) v = F::kPost * v;
+        y[(r0 + r) * y_stride + o] = v;
+      }
+    }
+  }
+}
+
+int tile_rows(int64_t rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+
+template <class F, bool FA>
+void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, cudaStream_t s) {
+  const int64_t items = F::kFloat ? (w.n_in + 7) / 8 : w.n_in / F::kBE;
+  const int l2 = lanes_per_row_log2(items);
+  const int gpw = 32 >> l2;
+  const int64_t rows_per_block = static_cast<int64_t>(kWarps) * gpw;
+  int slice = 0;
+  if constexpr (!F::kFloat) slice = ((1 << l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
+  const size_t smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * slice;
+  if (smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for {} rows of {}", smem, w.n_in, type_name(w.type));
+  const bool vec = F::kFloat && float_rows_vectorizable(w);
+  const int R = tile_rows(rows);
+  const int64_t gx = (w.n_out + rows_per_block - 1) / rows_per_block;
+  if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
+  const int64_t tiles = (rows + R - 1) / R;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
+    const int64_t r_first = t0 * R;
+#define DS4_LAUNCH(RR)                                                                                        \
+  k_matmul<F, FA, RR><<<grid, kThreads, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
+                                                   y_stride, l2, slice, vec)
+    switch (R) {
+      case 1: DS4_LAUNCH(1); break;
+      case 2: DS4_LAUNCH(2); break;
+      case 4: DS4_LAUNCH(4); break;
+      case 8: DS4_LAUNCH(8); break;
+      default: DS4_LAUNCH(16); break;
+    }
+#undef DS4_LAUNCH
+    check_launch(FA ? "gemv matmul (float activations)" : "gemv matmul");
+  }
+}
+
 }  // namespace
 
 size_t natural_alignment(GgmlType t) {
@@ -146,6 +225,12 @@ void check_matrix(const DevMatrix& w, const char* what) {
   if (reinterpret_cast<uintptr_t>(w.data) % al != 0 || w.row_stride % al != 0)
     fail("CUDA {}: {} weights at {} with row stride {} are not {}-byte aligned", what, tr.name,
          static_cast<const void*>(w.data), w.row_stride, al);
+}
+
+int lanes_per_row_log2(int64_t items) {
+  int l = 0;
+  while (l < 5 && (int64_t{1} << l) < items) ++l;
+  return l;
 }
 
 bool float_rows_vectorizable(const DevMatrix& w) {
@@ -224,19 +309,32 @@ void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t 
   if (y_stride == 0) y_stride = w.n_out;
   if (x_stride < w.n_in) fail("CUDA matmul: x stride {} is shorter than a row of {}", x_stride, w.n_in);
   if (y_stride < w.n_out) fail("CUDA matmul: y stride {} is shorter than a row of {}", y_stride, w.n_out);
+  if (w.type == GgmlType::IQ2_XXS) upload_iq2_grid();
   const ActF af{x, x_stride};
-  if (w.type == GgmlType::F32 || w.type == GgmlType::F16 || w.type == GgmlType::BF16) {
-    matmul_launch(w, ActQ{}, af, rows, y, y_stride, false, stream);
-    return;
+  switch (w.type) {
+    case GgmlType::F32: launch_matmul<FmtF32, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    case GgmlType::F16: launch_matmul<FmtF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    case GgmlType::BF16: launch_matmul<FmtBF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    default: break;
   }
-  if (float_acts) {
-    matmul_launch(w, ActQ{}, af, rows, y, y_stride, true, stream);
-    return;
+  auto run = [&](auto fmt) {
+    using F = decltype(fmt);
+    if (float_acts) {
+      launch_matmul<F, true>(w, ActQ{}, af, rows, y, y_stride, stream);
+      return;
+    }
+    const GgmlType at = quant::vec_dot_type(w.type);
+    Scratch buf(act_bytes(at, rows, w.n_in), stream);
+    const ActQ aq = quantize_acts(at, x, rows, w.n_in, x_stride, buf.get(), stream);
+    launch_matmul<F, false>(w, aq, af, rows, y, y_stride, stream);
+  };
+  switch (w.type) {
+    case GgmlType::Q8_0: run(FmtQ8_0{}); return;
+    case GgmlType::Q2_K: run(FmtQ2_K{}); return;
+    case GgmlType::Q4_K: run(FmtQ4_K{}); return;
+    case GgmlType::IQ2_XXS: run(FmtIQ2_XXS{}); return;
+    default: fail("CUDA matmul: weight type {} is not supported", type_name(w.type));
   }
-  const GgmlType at = quant::vec_dot_type(w.type);
-  Scratch buf(act_bytes(at, rows, w.n_in), stream);
-  const ActQ aq = quantize_acts(at, x, rows, w.n_in, x_stride, buf.get(), stream);
-  matmul_launch(w, aq, af, rows, y, y_stride, false, stream);
 }
 
 }  // namespace ds4::cuda

@@ -24,7 +24,7 @@ namespace ds4::cuda::gemv_detail {
 
 constexpr int kWarps = 8;  // warps per block (256 threads)
 constexpr int kThreads = kWarps * 32;
-constexpr int kSliceSlack = 32;  // bytes past a staged segment: alignment edges and over-reads
+constexpr int kSliceSlack = 48;  // bytes past a staged segment: alignment edges and over-reads
 
 __device__ __forceinline__ float h2f(uint32_t h) { return __half2float(__ushort_as_half(static_cast<uint16_t>(h))); }
 __device__ __forceinline__ float bf2f(uint32_t h) { return __uint_as_float((h & 0xffffu) << 16); }
@@ -78,7 +78,7 @@ __device__ __forceinline__ int4 ld4(const int8_t* p) { return __ldg(reinterpret_
 // weights (bit-exact with quant::dequantize_row) times f32 activations, fused multiply-add.
 
 struct FmtQ8_0 {
-  static constexpr int kBE = 32, kBB = 34, kActBE = 32, kBPL = 4;
+  static constexpr int kBE = 32, kBB = 34, kActBE = 32;
   static constexpr bool kQ8K = false, kFloat = false;
   static constexpr float kPost = 1.0f;
 
@@ -125,7 +125,7 @@ struct FmtQ8_0 {
 };
 
 struct FmtQ2_K {
-  static constexpr int kBE = 256, kBB = 84, kActBE = 256, kBPL = 2;
+  static constexpr int kBE = 256, kBB = 84, kActBE = 256;
   static constexpr bool kQ8K = true, kFloat = false;
   static constexpr float kPost = 1.0f;
 
@@ -207,7 +207,7 @@ struct FmtQ2_K {
 };
 
 struct FmtQ4_K {
-  static constexpr int kBE = 256, kBB = 144, kActBE = 256, kBPL = 1;
+  static constexpr int kBE = 256, kBB = 144, kActBE = 256;
   static constexpr bool kQ8K = true, kFloat = false;
   static constexpr float kPost = 1.0f;
 
@@ -289,10 +289,9 @@ struct FmtQ4_K {
 };
 
 struct FmtIQ2_XXS {
-  static constexpr int kBE = 256, kBB = 66, kActBE = 256, kBPL = 2;
+  static constexpr int kBE = 256, kBB = 66, kActBE = 256;
   static constexpr bool kQ8K = true, kFloat = false;
-  // quant::vec_dot_iq2_xxs_q8_K_scalar returns 0.125 * (sum of the block terms); dotf decodes
-  // final weights, so the post-scale belongs to dot() only.
+  // quant::vec_dot_iq2_xxs_q8_K_scalar returns 0.125 * (sum of the block terms).
   static constexpr float kPost = 0.125f;
 
   // ksigns_iq2xs[i]: the 7 stored sign bits plus an eighth that makes the parity even.
@@ -315,9 +314,9 @@ struct FmtIQ2_XXS {
 #pragma unroll
       for (int l = 0; l < 4; ++l) {
         const uint2 gv = grid[byte_of(aux0, l)];
-        const uint2 mk = grid[256 + ((aux1 >> (7 * l)) & 127u)];  // sign masks of the 7-bit index
+        const uint32_t sg = signs8((aux1 >> (7 * l)) & 127u);
         g[2 * l] = static_cast<int>(gv.x), g[2 * l + 1] = static_cast<int>(gv.y);
-        m[2 * l] = static_cast<int>(mk.x) & g[2 * l], m[2 * l + 1] = static_cast<int>(mk.y) & g[2 * l + 1];
+        m[2 * l] = sign_mask4(sg) & g[2 * l], m[2 * l + 1] = sign_mask4(sg >> 4) & g[2 * l + 1];
       }
 #pragma unroll
       for (int r = 0; r < R; ++r) {
@@ -375,7 +374,7 @@ struct FmtFloat {
   static constexpr bool kFloat = true, kQ8K = false;
   static constexpr int kES = kBytes;        // bytes per element
   static constexpr int kEPC = 16 / kBytes;  // elements per 16-byte chunk
-  static constexpr int kBE = 1, kBB = kBytes, kActBE = 1, kBPL = 1;
+  static constexpr int kBE = 1, kBB = kBytes, kActBE = 1;
   static constexpr float kPost = 1.0f;
 };
 struct FmtF32 : FmtFloat<4> {
@@ -402,27 +401,11 @@ struct FmtBF16 : FmtFloat<2> {
 };
 
 // ---------------------------------------------------------------------------------------------
-template <class F>
-constexpr int grid_smem_bytes() {
-  return std::is_same_v<F, FmtIQ2_XXS> ? (256 + 128) * 8 : 0;
-}
-
-// Launch geometry: a group of 1 << l2 lanes per row (fewest lanes that cover one step of the row,
-// at most 32), slice bytes of shared memory per group (staged formats), total dynamic smem.
-template <class F>
+// Group geometry of one launch: lanes per row (LPR = 1 << log2) and bytes of shared memory per
+// group for staged formats.
 struct Geom {
-  int l2 = 5, slice = 0;
-  size_t smem = 0;
-  int64_t rows_per_block = 0;
-  explicit Geom(int64_t n_in) {
-    const int64_t items = F::kFloat ? (n_in + 7) / 8 : (n_in / F::kBE + F::kBPL - 1) / F::kBPL;
-    l2 = 0;
-    while (l2 < 5 && (int64_t{1} << l2) < items) ++l2;
-    const int gpw = 32 >> l2;
-    rows_per_block = static_cast<int64_t>(kWarps) * gpw;
-    if constexpr (!F::kFloat) slice = ((1 << l2) * F::kBPL * F::kBB + kSliceSlack + 15) / 16 * 16;
-    smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * slice;
-  }
+  int lpr_log2 = 5;
+  int slice_bytes = 0;
 };
 
 // Copies bytes [src, src+nbytes) into slice so that slice + (src mod 16) holds src; 16-byte loads
@@ -489,21 +472,14 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int64_t n_in, const 
   } else {
     (void)vec;
     const int64_t nb = n_in / F::kBE;
-    const int64_t step = static_cast<int64_t>(lpr) * F::kBPL;  // blocks staged per step
-    for (int64_t b0 = 0; b0 < nb; b0 += step) {
-      const int nblk = static_cast<int>(nb - b0 < step ? nb - b0 : step);
+    for (int64_t b0 = 0; b0 < nb; b0 += lpr) {
+      const int nblk = static_cast<int>(nb - b0 < lpr ? nb - b0 : lpr);
       const uint8_t* sp = nullptr;
       if (active) sp = stage(row + b0 * F::kBB, nblk * F::kBB, slice, gl, lpr);
       __syncwarp();
-      if (active) {
-#pragma unroll
-        for (int j = 0; j < F::kBPL; ++j) {
-          const int bi = gl + j * lpr;
-          if (bi < nblk) {
-            if constexpr (FA) F::template dotf<R>(sp + bi * F::kBB, b0 + bi, af, nr, acc, grid);
-            else F::template dot<R>(sp + bi * F::kBB, b0 + bi, aq, nr, acc, grid);
-          }
-        }
+      if (active && gl < nblk) {
+        if constexpr (FA) F::template dotf<R>(sp + gl * F::kBB, b0 + gl, af, nr, acc, grid);
+        else F::template dot<R>(sp + gl * F::kBB, b0 + gl, aq, nr, acc, grid);
       }
       __syncwarp();
     }
@@ -532,23 +508,21 @@ static inline void upload_iq2_grid() {
   done[dev] = true;
 }
 
-// Shared tables for IQ2_XXS: [0, 256) the grid from constant memory; [256, 384) for each 7-bit
-// sign index the 0xff-byte masks of the weights it negates (low word: weights 0-3, high: 4-7).
 template <class F>
 __device__ __forceinline__ const uint2* setup_grid(uint8_t* smem) {
   if constexpr (std::is_same_v<F, FmtIQ2_XXS>) {
     uint2* g = reinterpret_cast<uint2*>(smem);
     for (int i = threadIdx.x; i < 256; i += blockDim.x) g[i] = c_iq2xxs_grid[i];
-    for (int i = threadIdx.x; i < 128; i += blockDim.x) {
-      const uint32_t sg = FmtIQ2_XXS::signs8(static_cast<uint32_t>(i));
-      g[256 + i] = make_uint2(static_cast<uint32_t>(sign_mask4(sg)), static_cast<uint32_t>(sign_mask4(sg >> 4)));
-    }
     __syncthreads();
     return g;
   } else {
     (void)smem;
     return nullptr;
   }
+}
+template <class F>
+constexpr int grid_smem_bytes() {
+  return std::is_same_v<F, FmtIQ2_XXS> ? 256 * 8 : 0;
 }
 
 }  // namespace ds4::cuda::gemv_detail

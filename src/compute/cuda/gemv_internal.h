@@ -7,7 +7,6 @@
 
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_formats.cuh"
-#include "core/error.h"
 
 namespace ds4::cuda::gemv_detail {
 
@@ -31,41 +30,11 @@ size_t act_bytes(GgmlType act_type, int64_t rows, int64_t n);
 ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, int64_t x_stride, void* buf,
                    cudaStream_t stream);
 
+// Lanes per row: the smallest power of two >= the row's work items, at most 32.
+int lanes_per_row_log2(int64_t items);
+
 // True when a float-format row can be read as 16-byte chunks.
 bool float_rows_vectorizable(const DevMatrix& w);
-
-// The per-family matmul launchers (gemv_mm_*.cu) and the dispatch over them (gemv.cu).
-void matmul_float(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, bool float_acts,
-                  cudaStream_t s);
-void matmul_q8_0(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, bool float_acts,
-                 cudaStream_t s);
-void matmul_kquant(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, bool float_acts,
-                   cudaStream_t s);
-void matmul_iq2_xxs(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride, bool float_acts,
-                    cudaStream_t s);
-inline void matmul_launch(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y, int64_t y_stride,
-                          bool float_acts, cudaStream_t s) {
-  switch (w.type) {
-    case GgmlType::F32:
-    case GgmlType::F16:
-    case GgmlType::BF16: matmul_float(w, aq, af, rows, y, y_stride, false, s); return;
-    case GgmlType::Q8_0: matmul_q8_0(w, aq, af, rows, y, y_stride, float_acts, s); return;
-    case GgmlType::Q2_K:
-    case GgmlType::Q4_K: matmul_kquant(w, aq, af, rows, y, y_stride, float_acts, s); return;
-    case GgmlType::IQ2_XXS: matmul_iq2_xxs(w, aq, af, rows, y, y_stride, float_acts, s); return;
-    default: fail("CUDA matmul: weight type id {} is not supported", static_cast<uint32_t>(w.type));
-  }
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory (above 48 KiB needs an opt-in per kernel).
-template <class Kernel>
-void allow_smem(Kernel* kernel, size_t bytes) {
-  if (bytes > 227 * 1024) fail("CUDA gemv: {} bytes of shared memory per block is more than sm_90 has", bytes);
-  if (bytes > 48 * 1024)
-    check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          "cudaFuncSetAttribute (gemv shared memory)");
-}
 
 // Stream-ordered scratch (cudaMallocAsync / cudaFreeAsync), released when it goes out of scope.
 class Scratch {

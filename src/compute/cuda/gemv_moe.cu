@@ -19,6 +19,25 @@ namespace ds4::cuda {
 namespace gemv_detail {
 namespace {
 
+struct Geo {
+  int l2 = 5, slice = 0;
+  size_t smem = 0;
+  int64_t rows_per_block = 0;
+};
+
+template <class F>
+Geo geometry(int64_t n_in, const char* what) {
+  Geo g;
+  const int64_t items = F::kFloat ? (n_in + 7) / 8 : n_in / F::kBE;
+  g.l2 = lanes_per_row_log2(items);
+  const int gpw = 32 >> g.l2;
+  g.rows_per_block = static_cast<int64_t>(kWarps) * gpw;
+  if constexpr (!F::kFloat) g.slice = ((1 << g.l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
+  g.smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * g.slice;
+  if (g.smem > 48 * 1024) fail("CUDA moe_experts ({}): {} bytes of shared memory", what, g.smem);
+  return g;
+}
+
 // Activation row `row` of a view (quantized or f32).
 template <class F, bool FA>
 __device__ __forceinline__ void select_row(ActQ& aq, ActF& af, int64_t row) {
@@ -75,10 +94,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(ExpertArgs gate, Exper
       gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
       uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
     }
-    // exp in double, rounded once: glibc's expf except within ~0.002 ulp of a midpoint (CUDA's
-    // expf differs from it by up to 2 ulp, and h feeds the Q8_K quantization of the down input).
-    const float e = static_cast<float>(exp(static_cast<double>(-gv)));
-    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, e));
+    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
     h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
   }
 }
@@ -129,8 +145,7 @@ ExpertArgs expert_args(const DevExperts& x) {
 template <class F, bool FA>
 void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF af, const int32_t* experts,
                     const float* weights, int64_t pairs, int64_t k, float limit, float* h, cudaStream_t s) {
-  const Geom<F> g(gate.first.n_in);
-  allow_smem(k_moe_gate_up<F, FA>, g.smem);
+  const Geo g = geometry<F>(gate.first.n_in, "gate/up");
   const int64_t gx = (gate.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
@@ -145,8 +160,7 @@ void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF 
 template <class F, bool FA>
 void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* experts, int64_t rows, int64_t k, float* y,
                  cudaStream_t s) {
-  const Geom<F> g(down.first.n_in);
-  allow_smem(k_moe_down<F, FA>, g.smem);
+  const Geo g = geometry<F>(down.first.n_in, "down");
   const int64_t gx = (down.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
   constexpr int64_t kMaxY = 65535;
   for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
