@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_backend.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/gemv.h"
@@ -201,6 +202,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
 CudaBackend::~CudaBackend() {
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
   if (stream_) cudaStreamSynchronize(stream_);
+  cuda::block_cache().trim();
   if (prof_) {
     try {
       std::string r = profile_report(false);
@@ -296,9 +298,15 @@ std::string CudaBackend::profile_report(bool reset) {
 
 void* CudaBackend::alloc(size_t bytes) {
   if (bytes == 0) return nullptr;
-  void* p = nullptr;
-  cudaError_t e = cudaMallocAsync(&p, bytes, stream_);
-  if (e != cudaSuccess) {
+  cudaError_t e = cudaSuccess;
+  void* p = cuda::block_cache().get(bytes, stream_, &e);
+  if (!p) {
+    // Cached blocks of other sizes may be what is missing: give them back and try once more.
+    cudaGetLastError();
+    cuda::block_cache().trim();
+    p = cuda::block_cache().get(bytes, stream_, &e);
+  }
+  if (!p) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
@@ -311,7 +319,8 @@ void* CudaBackend::alloc(size_t bytes) {
 void CudaBackend::release(void* p) {
   // Called from Buffer destructors, so it must not throw: a failing free can only follow an
   // earlier (sticky) stream error, which the next download/synchronize reports.
-  if (p && cudaFreeAsync(p, stream_) != cudaSuccess) cudaGetLastError();
+  if (!p) return;
+  if (!cuda::block_cache().put(p) && cudaFreeAsync(p, stream_) != cudaSuccess) cudaGetLastError();
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {

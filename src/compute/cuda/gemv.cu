@@ -7,12 +7,19 @@
 #include <climits>
 #include <cstdint>
 
+#include "compute/cuda/block_cache.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
 #include "quant/quant.h"
 
 namespace ds4::cuda {
+
+BlockCache& block_cache() {
+  static BlockCache* c = new BlockCache;  // never destroyed: backends trim it at teardown
+  return *c;
+}
+
 namespace gemv_detail {
 
 void check(cudaError_t e, const char* what) {
@@ -268,11 +275,12 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
 }
 
 Scratch::Scratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-  if (bytes) check(cudaMallocAsync(&p_, bytes, stream), "cudaMallocAsync (gemv scratch)");
+  if (!bytes) return;
+  cudaError_t e = cudaSuccess;
+  p_ = block_cache().get(bytes, stream, &e);
+  if (!p_) check(e, "cudaMallocAsync (gemv scratch)");
 }
-Scratch::~Scratch() {
-  if (p_) cudaFreeAsync(p_, stream_);
-}
+Scratch::~Scratch() { block_cache().put(p_); }
 
 }  // namespace gemv_detail
 
