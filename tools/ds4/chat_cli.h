@@ -32,6 +32,11 @@ struct ChatCliOptions {
   int32_t logprobs_top_k = 20;
   std::string trace;
   bool no_stats = false;
+  // Disk KV cache (src/kvdisk): prompts whose prefix is on disk skip its prefill; the REPL
+  // saves its conversation on exit and resumes it on the next start (/new starts over).
+  std::string kv_disk_dir;
+  int64_t kv_disk_space_mb = 4096;
+  int64_t kv_cache_min_tokens = 512;
 };
 
 void add_chat_flags(CLI::App& app, ChatCliOptions& o);

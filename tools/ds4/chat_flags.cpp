@@ -34,6 +34,13 @@ void add_chat_flags(CLI::App& app, ChatCliOptions& o) {
       ->check(CLI::NonNegativeNumber);
   g->add_option("--trace", o.trace, "append evaluation / generation events (JSON lines) to FILE");
   g->add_flag("--no-stats", o.no_stats, "do not print the statistics line after each answer");
+  auto* k = app.add_option_group("Disk KV cache");
+  k->add_option("--kv-disk-dir,--kv-cache-dir", o.kv_disk_dir,
+                "reuse prompt prefixes saved in DIR; the chat resumes its last conversation after a restart");
+  k->add_option("--kv-disk-space-mb,--kv-cache-budget", o.kv_disk_space_mb, "disk budget in MB (default 4096)")
+      ->check(CLI::PositiveNumber);
+  k->add_option("--kv-cache-min-tokens", o.kv_cache_min_tokens, "do not save or load prefixes shorter than N (default 512)")
+      ->check(CLI::PositiveNumber);
 }
 
 }  // namespace ds4::tools

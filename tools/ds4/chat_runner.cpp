@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "chat/markers.h"
@@ -38,8 +41,9 @@ chat::ThinkingMode parse_thinking(const std::string& s) {
 std::string format_stats(const TurnStats& s) {
   const double pps = s.prefill_s > 0 ? static_cast<double>(s.prompt_tokens) / s.prefill_s : 0.0;
   const double gps = s.generate_s > 0 ? static_cast<double>(s.generated) / s.generate_s : 0.0;
-  return fmt::format("[prompt {} tokens ({} reused), prefill {:.1f} t/s | generated {} tokens, {:.1f} t/s | {}]",
-                     s.prompt_tokens, s.reused_tokens, pps, s.generated, gps, to_string(s.reason));
+  const std::string disk = s.from_disk > 0 ? fmt::format(", {} from disk", s.from_disk) : std::string();
+  return fmt::format("[prompt {} tokens ({} reused{}), prefill {:.1f} t/s | generated {} tokens, {:.1f} t/s | {}]",
+                     s.prompt_tokens, s.reused_tokens, disk, pps, s.generated, gps, to_string(s.reason));
 }
 
 ChatRunner::ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOptions& o)
@@ -54,6 +58,18 @@ ChatRunner::ChatRunner(std::shared_ptr<const Engine> engine, const ChatCliOption
   sc.min_p = o.min_p;
   sc.seed = o.seed ? *o.seed : std::random_device{}();
   session_->set_sampler(sc);
+  sampler_config_ = sc;
+  if (!o.kv_disk_dir.empty()) {
+    kvdisk::StoreOptions ko;
+    ko.dir = o.kv_disk_dir;
+    ko.model_id = engine_->info().model_id;
+    ko.budget_bytes = static_cast<uint64_t>(o.kv_disk_space_mb) << 20;
+    try {
+      store_ = kvdisk::Store::open(ko);
+    } catch (const Error& e) {
+      fmt::print(stderr, "ds4: {}; continuing without the disk KV cache\n", e.what());
+    }
+  }
   if (!o.trace.empty()) {
     trace_ = std::fopen(o.trace.c_str(), "a");
     if (!trace_) fail("--trace {}: cannot open for appending", o.trace);
@@ -137,6 +153,8 @@ TurnStats ChatRunner::turn(const std::string& user_text, std::FILE* out) {
   const auto add = next_input(user_text);
   input.insert(input.end(), add.begin(), add.end());
 
+  st.from_disk = disk_load(input);
+
   auto& stop = interrupt_flag();
   stop = false;
   const bool bar = isatty(STDERR_FILENO);
@@ -166,6 +184,7 @@ TurnStats ChatRunner::turn(const std::string& user_text, std::FILE* out) {
     st.reason = StopReason::Cancelled;
     return st;
   }
+  disk_save(kvdisk::SaveReason::Cold);
 
   const bool out_is_tty = isatty(fileno(out));
   GenerateOptions go;
@@ -220,5 +239,96 @@ void ChatRunner::set_ctx(int64_t n) {
 }
 
 void ChatRunner::load(const std::string& path) { session_->load(path); }
+
+namespace {
+int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  size_t i = 0;
+  while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+  return static_cast<int64_t>(i);
+}
+}  // namespace
+
+// Loads the longest prefix of `input` found on disk when it is longer than what the session
+// already holds. The payload goes into a new session first, so a file that fails (or holds
+// other tokens) leaves the current one untouched. The sampler keeps its own stream.
+int64_t ChatRunner::disk_load(const std::vector<int32_t>& input) {
+  const int64_t n = static_cast<int64_t>(input.size());
+  const int64_t min = o_.kv_cache_min_tokens;
+  if (!store_ || n < min) return 0;
+  const int64_t have = common_prefix(session_->tokens(), input);
+  if (have == n) return 0;
+  const auto m = store_->longest_prefix(input, engine_->tokenizer(), static_cast<uint64_t>(std::max(min, have + 1)),
+                                        static_cast<uint64_t>(n));
+  auto d = m ? store_->load(m->key) : std::nullopt;
+  if (!d) {
+    store_->note_miss();
+    return 0;
+  }
+  SessionOptions so;
+  so.n_ctx = session_->n_ctx();
+  auto next = engine_->new_session(so);
+  try {
+    next->load_payload(d->payload);
+  } catch (const Error& e) {
+    store_->discard(m->key, e.what());
+    return 0;
+  }
+  if (common_prefix(next->tokens(), input) != next->n_past()) return 0;
+  next->set_sampler(session_->sampler().config());
+  next->sampler().rng().set_state(session_->sampler().rng().state());
+  session_ = std::move(next);
+  trace(nlohmann::json{{"event", "disk_load"}, {"tokens", session_->n_past()}, {"file", store_->path_of(m->key)}}.dump());
+  return session_->n_past();
+}
+
+void ChatRunner::disk_save(kvdisk::SaveReason reason) {
+  if (!store_ || session_->n_past() < o_.kv_cache_min_tokens) return;
+  const std::string text = engine_->tokenizer().decode(session_->tokens());
+  if (store_->contains(kvdisk::Sha1::of(text))) return;
+  store_->save(reason, text, static_cast<uint64_t>(session_->n_past()), static_cast<uint64_t>(session_->n_ctx()),
+               session_->save_payload());
+}
+
+// The REPL's own pointer: <dir>/repl-last holds the key of the state it saved on exit.
+int64_t ChatRunner::resume_from_disk() {
+  if (!store_) return 0;
+  std::ifstream f(std::filesystem::path(store_->dir()) / "repl-last");
+  std::string hex;
+  kvdisk::Digest key{};
+  if (!(f >> hex) || !kvdisk::from_hex(hex, key) || !store_->contains(key)) return 0;
+  auto d = store_->load(key);
+  if (!d) return 0;
+  try {
+    session_->load_payload(d->payload);
+  } catch (const Error& e) {
+    store_->discard(key, e.what());
+    return 0;
+  }
+  session_->set_sampler(sampler_config_);
+  return session_->n_past();
+}
+
+void ChatRunner::save_on_exit() {
+  if (!store_ || session_->n_past() < o_.kv_cache_min_tokens) return;
+  disk_save(kvdisk::SaveReason::Shutdown);
+  const std::string text = engine_->tokenizer().decode(session_->tokens());
+  const auto key = kvdisk::Sha1::of(text);
+  if (!store_->contains(key)) return;  // the save failed (warned)
+  const auto p = std::filesystem::path(store_->dir()) / "repl-last";
+  {
+    std::ofstream f(p.string() + ".tmp");
+    f << kvdisk::to_hex(key) << "\n";
+  }
+  std::error_code ec;
+  std::filesystem::rename(p.string() + ".tmp", p, ec);
+}
+
+void ChatRunner::start_over() {
+  SessionOptions so;
+  so.n_ctx = session_->n_ctx();
+  auto next = engine_->new_session(so);
+  next->set_sampler(sampler_config_);
+  session_ = std::move(next);
+}
 
 }  // namespace ds4::tools

@@ -14,12 +14,14 @@
 #include "chat/conversation.h"
 #include "chat_cli.h"
 #include "ds4/session.h"
+#include "kvdisk/store.h"
 
 namespace ds4::tools {
 
 struct TurnStats {
   int64_t prompt_tokens = 0;  // new tokens prefilled this turn
   int64_t reused_tokens = 0;
+  int64_t from_disk = 0;      // of the reused tokens, loaded from the disk KV cache
   double prefill_s = 0;
   int64_t generated = 0;
   double generate_s = 0;
@@ -49,6 +51,12 @@ class ChatRunner {
   void set_ctx(int64_t n);
   void save(const std::string& path) const { session_->save(path); }
   void load(const std::string& path);
+  // Disk KV cache (--kv-disk-dir): resume the conversation the REPL saved when it last exited
+  // (returns its token count, 0 when there is none), save the current one on exit, start over.
+  int64_t resume_from_disk();
+  void save_on_exit();
+  void start_over();
+  bool has_disk_cache() const { return store_ != nullptr; }
   Session& session() { return *session_; }
   // Model input of the next turn for `user_text` (what turn() would append), as tokens.
   std::vector<int32_t> next_input(const std::string& user_text) const;
@@ -63,6 +71,10 @@ class ChatRunner {
   std::unique_ptr<Session> session_;
   chat::ThinkingMode thinking_;
   std::FILE* trace_ = nullptr;
+  std::unique_ptr<kvdisk::Store> store_;
+  SamplerConfig sampler_config_;
+  void disk_save(kvdisk::SaveReason reason);
+  int64_t disk_load(const std::vector<int32_t>& input);
 
  public:
   // --dump-logprobs: one entry per generated token of every turn.

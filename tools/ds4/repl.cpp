@@ -28,6 +28,7 @@ constexpr const char* kHelp =
     "  /read FILE     send the contents of FILE as your message\n"
     "  /save FILE     save the session (tokens and model state) to FILE\n"
     "  /load FILE     continue a session saved with /save\n"
+    "  /new           start a new conversation\n"
     "  /quit, /exit   leave\n"
     "Ctrl+C stops an answer; Ctrl+D at the prompt leaves.\n";
 
@@ -67,6 +68,10 @@ int run_repl(ChatRunner& runner, const ChatCliOptions& o) {
     using_history();
     if (!hist.empty()) read_history(hist.c_str());
     fmt::print(stderr, "ds4 chat: /help for commands, Ctrl+D to quit.\n");
+  }
+  if (runner.has_disk_cache()) {
+    if (const int64_t n = runner.resume_from_disk())
+      fmt::print(stderr, "ds4: resumed the last conversation ({} tokens) from {} (/new starts over)\n", n, o.kv_disk_dir);
   }
   auto run_turn = [&](const std::string& text) {
     install_interrupt_handler();
@@ -123,6 +128,9 @@ int run_repl(ChatRunner& runner, const ChatCliOptions& o) {
         if (path.empty()) fail("/load needs a file path");
         runner.load(path);
         fmt::print("Loaded {} tokens from {}.\n", runner.session().n_past(), path);
+      } else if (line == "/new") {
+        runner.start_over();
+        fmt::print("New conversation.\n");
       } else if (line == "/quit" || line == "/exit") {
         break;
       } else if (line[0] == '/') {
@@ -134,6 +142,7 @@ int run_repl(ChatRunner& runner, const ChatCliOptions& o) {
       fmt::print(stderr, "ds4: error: {}\n", e.what());
     }
   }
+  runner.save_on_exit();
   return 0;
 }
 
