@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace ds4::chat {
@@ -28,6 +29,11 @@ class ToolBlockCache {
   // The block shared by all `ids` (in the assistant message's order), or nullopt when any id
   // is unknown or they were sampled in different blocks.
   std::optional<std::string> get_all(const std::vector<std::string>& ids);
+
+  // Every recorded block that occurs in `text` or begins in its last bytes (at least 16 of
+  // them), with the ids recorded for it, least recently used first. The disk KV cache saves
+  // them with a state whose text holds (the start of) the block.
+  std::vector<std::pair<std::vector<std::string>, std::string>> blocks_in(std::string_view text) const;
 
   size_t size() const { return map_.size(); }
   size_t capacity() const { return capacity_; }

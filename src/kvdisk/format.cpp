@@ -114,19 +114,23 @@ Header decode_header(std::span<const uint8_t> b, const std::string& where) {
 std::vector<uint8_t> encode_tools(const std::vector<ToolEntry>& entries) {
   std::vector<uint8_t> b;
   if (entries.empty()) return b;
+  b.resize(8);
   append_u32(b, static_cast<uint32_t>(entries.size()));
   for (const auto& e : entries) {
     append_u32(b, static_cast<uint32_t>(e.ids.size()));
     for (const auto& id : e.ids) append_str(b, id);
     append_str(b, e.block);
   }
+  put<uint64_t>(b, 0, XXH64(b.data() + 8, b.size() - 8, 0));
   return b;
 }
 
 std::vector<ToolEntry> decode_tools(std::span<const uint8_t> b, const std::string& where) {
   std::vector<ToolEntry> out;
   if (b.empty()) return out;
-  size_t at = 0;
+  if (b.size() < 12) fail("{}: tool map truncated: {} bytes", where, b.size());
+  if (get<uint64_t>(b, 0) != XXH64(b.data() + 8, b.size() - 8, 0)) fail("{}: tool map checksum mismatch", where);
+  size_t at = 8;
   auto u32 = [&](const char* what) {
     if (b.size() - at < 4) fail("{}: tool map truncated reading {} at byte {}", where, what, at);
     uint32_t v;

@@ -19,8 +19,10 @@
 //   120    8    u64 XXH64 (seed 0) of bytes 0..119
 //   128         text: the rendered bytes of the n_tokens tokens (the decoded token pieces)
 //               session payload (docs/FORMATS.md "Session payload")
-//               tool map: u32 entries; per entry u32 n_ids, n_ids x (u32 len, bytes),
-//                         u32 block len, block bytes (a sampled DSML block and its call ids)
+//               tool map: u64 XXH64 (seed 0) of the rest of the section, u32 entries; per
+//                         entry u32 n_ids, n_ids x (u32 len, bytes), u32 block len, block
+//                         bytes (a sampled DSML block and its call ids). Its own checksum lets
+//                         a server read every file's map at startup without the payloads.
 //   end-8  8    u64 XXH64 (seed 0) of the text, payload and tool-map bytes
 #include <cstdint>
 #include <span>

@@ -160,7 +160,7 @@ PoolSync SessionPool::sync(std::span<const int32_t> prompt, const EvalOptions& e
 
   // Split points: 0 = plain split (a checkpoint for evict / shutdown saves), else a save reason.
   std::map<int64_t, int> points;
-  if (N - P.boundary_trim > c && P.boundary_trim > 0) points[N - P.boundary_trim] = 0;
+  if (store_ && P.boundary_trim > 0 && N - P.boundary_trim > c) points[N - P.boundary_trim] = 0;
   if (!continuing && store_ && P.cold_max_tokens > 0 && N <= P.cold_max_tokens) {
     const int64_t q = boundary(N);
     if (q >= P.min_tokens && q > c) points[q] = static_cast<int>(SaveReason::Cold);

@@ -229,6 +229,38 @@ void Store::discard(const Digest& key, const std::string& why) {
   remove_locked(key, why, true);
 }
 
+std::vector<ToolEntry> Store::all_tools() const {
+  std::lock_guard lk(mu_);
+  std::vector<const EntryInfo*> order;
+  for (const auto& [k, e] : entries_) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const EntryInfo* a, const EntryInfo* b) { return a->last_used < b->last_used; });
+  std::vector<ToolEntry> out;
+  for (const EntryInfo* e : order) {
+    const std::string path = path_of(e->key);
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    uint8_t hb[kHeaderBytes];
+    bool ok = read_all(fd, hb, sizeof hb);
+    std::vector<uint8_t> tb;
+    try {
+      if (ok) {
+        const Header h = decode_header(std::span<const uint8_t>(hb, sizeof hb), path);
+        if (h.tools_bytes > 0) {
+          tb.resize(static_cast<size_t>(h.tools_bytes));
+          const off_t at = static_cast<off_t>(kHeaderBytes + h.text_bytes + h.payload_bytes);
+          ok = ::pread(fd, tb.data(), tb.size(), at) == static_cast<ssize_t>(tb.size());
+          if (ok)
+            for (auto& t : decode_tools(tb, path)) out.push_back(std::move(t));
+        }
+      }
+    } catch (const Error& err) {
+      warn(fmt::format("skipped the tool map of {}: {}", path, err.what()));
+    }
+    ::close(fd);
+  }
+  return out;
+}
+
 void Store::note_miss() {
   std::lock_guard lk(mu_);
   ++stats_.misses;

@@ -102,6 +102,10 @@ class Store {
   // Removes a file the caller found unusable (e.g. its payload failed to load), with a warning.
   void discard(const Digest& key, const std::string& why);
   void note_miss();
+  // The tool maps of every file, least recently used file first (a server feeds them to its
+  // replay cache at startup, before any request is rendered). Damaged maps are skipped with a
+  // warning.
+  std::vector<ToolEntry> all_tools() const;
 
   // Writes (or replaces) the file for `text`; then enforces the budget. False (with a
   // warning) when the write failed or the file alone exceeds the budget.

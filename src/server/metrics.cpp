@@ -37,6 +37,11 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::set_extra(std::function<std::string()> extra) {
+  std::lock_guard lk(mu_);
+  extra_ = std::move(extra);
+}
+
 std::string Metrics::prometheus() const {
   std::lock_guard lk(mu_);
   std::string o;
@@ -51,7 +56,7 @@ std::string Metrics::prometheus() const {
     o += fmt::format("# HELP {} {}\n# TYPE {} gauge\n{} {}\n", name, help, name, name, value);
   };
   counter("ds4_prompt_tokens_total", "Prompt tokens of finished prefills.", prompt_tokens_);
-  counter("ds4_prompt_cached_tokens_total", "Prompt tokens reused from the live session.", cached_tokens_);
+  counter("ds4_prompt_cached_tokens_total", "Prompt tokens not prefilled (kept in RAM or loaded from disk).", cached_tokens_);
   counter("ds4_prompt_prefilled_tokens_total", "Prompt tokens evaluated (the new suffixes).", prefilled_tokens_);
   counter("ds4_generated_tokens_total", "Tokens sampled.", generated_tokens_);
   counter("ds4_prefill_seconds_total", "Time spent prefilling.", prefill_seconds_);
@@ -61,6 +66,7 @@ std::string Metrics::prometheus() const {
   gauge("ds4_generation_tokens_per_second", "Generation speed of the last generation.", last_generation_tps_);
   gauge("ds4_queue_length", "Jobs waiting for the inference worker.", queued_);
   gauge("ds4_active_jobs", "Jobs the inference worker is running (0 or 1).", active_);
+  if (extra_) o += extra_();
   return o;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Server counters, exported in the Prometheus text format by GET /metrics.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,6 +18,8 @@ class Metrics {
   void set_queue(int64_t queued, int64_t active);
   void count_cancelled();
   std::string prometheus() const;
+  // Appends another source's lines (e.g. the model's sessions and disk cache) to prometheus().
+  void set_extra(std::function<std::string()> extra);
 
  private:
   mutable std::mutex mu_;
@@ -26,6 +29,7 @@ class Metrics {
   double last_prefill_tps_ = 0, last_generation_tps_ = 0;
   uint64_t cancelled_ = 0;
   int64_t queued_ = 0, active_ = 0;
+  std::function<std::string()> extra_;
 };
 
 }  // namespace ds4::server

@@ -39,6 +39,11 @@ class SharedToolCache {
     std::lock_guard lk(mu_);
     return cache_.get_all(ids);
   }
+  // Blocks occurring in `text` with their ids (what a disk KV cache file of it should keep).
+  std::vector<std::pair<std::vector<std::string>, std::string>> blocks_in(std::string_view text) {
+    std::lock_guard lk(mu_);
+    return cache_.blocks_in(text);
+  }
 
  private:
   std::mutex mu_;

@@ -1,6 +1,7 @@
 // ds4-server: flags → Engine + one live Session → HTTP server. Flag names follow antirez/ds4's
 // ds4-server where it has them (-m, -c/--ctx, -n/--tokens, -t, --host, --port, --cors,
-// --disable-exact-dsml-tool-replay, --tool-memory-max-ids, --backend).
+// --disable-exact-dsml-tool-replay, --tool-memory-max-ids, --backend, and the disk KV cache's
+// --kv-disk-dir / --kv-disk-space-mb / --kv-cache-* flags).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -9,11 +10,15 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <pthread.h>
 #include <thread>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "ds4/engine.h"
+#include "ds4/session.h"
+#include "kvdisk/pool.h"
 #include "server/debug_script.h"
 #include "server/http_server.h"
 #include "server/inference_model.h"
@@ -28,6 +33,8 @@ int main(int argc, char** argv) {
   size_t max_queue = 64;
   bool no_replay = false;
   std::string debug_script_path, port_file;
+  ds4::server::SessionModelOptions mo;
+  int max_sessions = 0;
   app.add_option("-m,--model", eo.model_path, "GGUF model file")->capture_default_str();
   app.add_option("-c,--ctx", ctx, "context size in tokens")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-n,--tokens", tokens, "default completion limit when a request sets none (capped by --ctx)")
@@ -60,6 +67,27 @@ int main(int argc, char** argv) {
   app.add_flag("--disable-exact-dsml-tool-replay", no_replay,
                "do not replay sampled DSML for known tool-call ids (render JSON canonically)");
   app.add_option("--tool-memory-max-ids", tool_ids, "tool-call ids kept for exact replay")->capture_default_str();
+  app.add_option("--max-sessions", max_sessions,
+                 "conversations kept live in RAM (default 3, fewer when the memory plan says they do not fit)")
+      ->check(CLI::PositiveNumber);
+  auto* kv = app.add_option_group("Disk KV cache");
+  kv->add_option("--kv-disk-dir,--kv-cache-dir", mo.kv_disk_dir,
+                 "save and reuse conversation states in DIR (survives restarts; one server per DIR)");
+  kv->add_option("--kv-disk-space-mb,--kv-cache-budget", mo.kv_disk_space_mb, "disk budget in MB")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  kv->add_option("--kv-cache-min-tokens", mo.min_tokens, "do not save or load prefixes shorter than N tokens")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  kv->add_option("--kv-cache-cold-max-tokens", mo.cold_max_tokens, "save a new conversation's first prompt up to N tokens (0: never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  kv->add_option("--kv-cache-continued-interval-tokens", mo.continued_interval,
+                 "save each time a session reaches a multiple of N tokens (0: never)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  kv->add_option("--kv-cache-boundary-trim-tokens", mo.boundary_trim,
+                 "cold / evict / shutdown saves stop this many tokens before the prompt's end")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  kv->add_option("--kv-cache-boundary-align-tokens", mo.boundary_align,
+                 "align cold saves down to a multiple of N tokens (0: no alignment)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--debug-prefill-delay-ms", prefill_delay_ms,
                  "TEST SCAFFOLDING: sleep this long per prefilled token (exercises keepalives)");
   app.add_option("--debug-script", debug_script_path,
@@ -73,6 +101,7 @@ int main(int argc, char** argv) {
   // Writes to closed sockets must fail with EPIPE, not kill the process; SIGINT / SIGTERM
   // are taken by a thread that stops the server.
   std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);  // a file-size limit makes a cache write fail, not the server die
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -84,17 +113,30 @@ int main(int argc, char** argv) {
     eo.ctx_size = ctx;
     auto engine = ds4::Engine::open(eo);
     if (!engine->info().has_tokenizer) ds4::fail("{}: the model has no tokenizer", eo.model_path);
-    auto model = ds4::server::make_session_model(engine, ctx);
     std::optional<ds4::server::DebugScript> script;
     if (!debug_script_path.empty()) script = ds4::server::DebugScript::load(debug_script_path);
 
     ds4::server::Metrics metrics;
     ds4::server::SharedToolCache tools(static_cast<size_t>(std::max<int64_t>(tool_ids, 1)));
+    mo.n_ctx = ctx;
+    mo.tools = no_replay ? nullptr : &tools;
+    if (max_sessions > 0) {
+      mo.max_sessions = max_sessions;
+    } else {
+      // Default: 3, fewer when their state at the full context would take over half the RAM
+      // available now (the memory plan's figures, not a measurement).
+      const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      const uint64_t avail = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+      mo.max_sessions = avail ? ds4::kvdisk::sessions_that_fit(engine->memory_plan(), ds4::SessionOptions{}.max_checkpoints, avail, 3) : 1;
+    }
+    auto model = ds4::server::make_session_model(engine, mo);
+    metrics.set_extra([&model] { return model->prometheus(); });
     ds4::server::WorkerOptions wo;
     wo.max_queue = max_queue;
     wo.debug_prefill_delay_ms = prefill_delay_ms;
     wo.debug_script = script ? &*script : nullptr;
     wo.record_tool_blocks = !no_replay;
+    {
     ds4::server::Worker worker(*model, wo, metrics, tools);
     so.default_max_tokens = std::min(tokens, model->n_ctx());
     // Also answer to the model's own name (what a client may pick from /v1/models).
@@ -112,8 +154,8 @@ int main(int argc, char** argv) {
       signalled = true;
       server.stop();
     });
-    fmt::print(stderr, "ds4-server: {} ({} tokens of context) on http://{}:{}\n", engine->info().model_name,
-               model->n_ctx(), so.host, port);
+    fmt::print(stderr, "ds4-server: {} ({} tokens of context, up to {} live sessions) on http://{}:{}\n",
+               engine->info().model_name, model->n_ctx(), mo.max_sessions, so.host, port);
     if (!port_file.empty()) {
       std::ofstream(port_file + ".tmp") << port << "\n";
       std::rename((port_file + ".tmp").c_str(), port_file.c_str());
@@ -123,6 +165,9 @@ int main(int argc, char** argv) {
     // case the signal thread still waits; SIGUSR1 aimed at it ends the wait.
     if (!signalled) pthread_kill(signal_thread.native_handle(), SIGUSR1);
     signal_thread.join();
+    }  // HTTP server, then the worker, stopped: the sessions are ours again
+    model->shutdown();
+    metrics.set_extra(nullptr);
     fmt::print(stderr, "ds4-server: stopped\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ds4-server: error: %s\n", e.what());

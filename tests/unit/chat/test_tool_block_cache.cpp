@@ -51,3 +51,27 @@ TEST(ChatToolBlockCache, ManyInsertionsStayBounded) {
 
 }  // namespace
 }  // namespace ds4::chat
+
+namespace ds4::chat {
+namespace {
+
+TEST(ChatToolBlockCache, BlocksInFindsContainedAndCutBlocksWithTheirIds) {
+  ToolBlockCache c(8);
+  const std::string a = "<tool_calls>alpha block with enough bytes</tool_calls>";
+  const std::string b = "<tool_calls>beta block, also long enough</tool_calls>";
+  c.put({"a1", "a2"}, a);
+  c.put({"b1"}, b);
+  c.put({"z"}, "<tool_calls>never in the text</tool_calls>");
+  auto in = c.blocks_in("prefix " + a + " middle " + b.substr(0, 20));  // b is cut after 20 bytes
+  ASSERT_EQ(in.size(), 2u);
+  EXPECT_EQ(in[0].first, (std::vector<std::string>{"a1", "a2"}));
+  EXPECT_EQ(in[0].second, a);
+  EXPECT_EQ(in[1].first, std::vector<std::string>{"b1"});
+  EXPECT_EQ(in[1].second, b);
+  // A cut shorter than 16 bytes is not taken as the start of a block.
+  EXPECT_EQ(c.blocks_in("text " + b.substr(0, 15)).size(), 0u);
+  EXPECT_TRUE(c.blocks_in("").empty());
+}
+
+}  // namespace
+}  // namespace ds4::chat

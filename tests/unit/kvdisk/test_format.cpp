@@ -130,6 +130,15 @@ TEST(KvFormat, DamagedFilesAreRejectedNamingTheCheck) {
   EXPECT_NE(error_of([&] { decode_header(v2, "a.kv"); }).find("version 2"), std::string::npos);
   EXPECT_NE(error_of([&] { decode_tools(std::vector<uint8_t>{1, 0, 0, 0, 5, 0, 0, 0}, "t"); }).find("tool map truncated"),
             std::string::npos);
+  auto tm = encode_tools({{{"id1"}, "block"}});
+  tm.back() ^= 1;
+  EXPECT_NE(error_of([&] { decode_tools(tm, "t"); }).find("tool map checksum mismatch"), std::string::npos);
+  // A map whose checksum is right but whose counts run past its end.
+  std::vector<uint8_t> bad(8, 0);
+  for (uint8_t x : {2, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0}) bad.push_back(x);
+  const uint64_t bs = XXH64(bad.data() + 8, bad.size() - 8, 0);
+  std::memcpy(bad.data(), &bs, 8);
+  EXPECT_NE(error_of([&] { decode_tools(bad, "t"); }).find("tool map truncated"), std::string::npos);
   EXPECT_NE(error_of([&] { encode_header(Header{}); }).find("model id"), std::string::npos);
 }
 

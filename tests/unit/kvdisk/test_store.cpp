@@ -67,6 +67,10 @@ TEST(KvStore, SaveReopenLoadKeepsBytesAndCountsHits) {
   EXPECT_EQ(d->text, "conversation text");
   EXPECT_EQ(d->tools.size(), 1u);
   EXPECT_EQ(d->header.hits, 1u);
+  const auto tools = o->store->all_tools();
+  ASSERT_EQ(tools.size(), 1u);
+  EXPECT_EQ(tools[0].ids, std::vector<std::string>{"call_1"});
+  EXPECT_EQ(tools[0].block, "B");
   EXPECT_EQ(o->store->stats().hits, 1u);
   EXPECT_EQ(o->store->stats().bytes_read, d->header.file_bytes());
   o.reset();
