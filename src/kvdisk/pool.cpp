@@ -153,7 +153,7 @@ PoolSync SessionPool::sync(std::span<const int32_t> prompt, const EvalOptions& e
         }
       }
     }
-    if (!used) store_->note_miss();
+    if (!used && !continuing) store_->note_miss();  // a continuing one is served from RAM anyway
     c = common_prefix(s.tokens(), prompt);
   }
   r.reused = c;

@@ -50,7 +50,7 @@ struct StoreOptions {
 
 struct StoreStats {
   uint64_t hits = 0;            // files loaded
-  uint64_t misses = 0;          // lookups that found no usable file (note_miss)
+  uint64_t misses = 0;          // lookups that found no usable file (note_miss; the pool counts new conversations)
   uint64_t bytes_read = 0;
   uint64_t bytes_written = 0;
   uint64_t saves = 0;           // files written

@@ -109,7 +109,7 @@ class SessionModel final : public InferenceModel {
          disk_error_ ? 1 : 0);
     const kvdisk::StoreStats s = store_ ? store_->stats() : kvdisk::StoreStats{};
     line("counter", "ds4_kv_disk_hits_total", "Prompts that loaded a prefix from disk.", s.hits);
-    line("counter", "ds4_kv_disk_misses_total", "Disk lookups that found no usable prefix.", s.misses);
+    line("counter", "ds4_kv_disk_misses_total", "New conversations whose prompt found no usable prefix on disk.", s.misses);
     line("counter", "ds4_kv_disk_tokens_total", "Prompt tokens loaded from disk instead of prefilled.", disk_tokens_.load());
     line("counter", "ds4_kv_disk_bytes_read_total", "Bytes read from cache files.", s.bytes_read);
     line("counter", "ds4_kv_disk_bytes_written_total", "Bytes written to cache files.", s.bytes_written);
