@@ -44,6 +44,19 @@ struct EngineOptions {
   // Longest batch one forward pass takes; prefill runs in chunks of this many tokens.
   // Cancellation and progress are checked between chunks.
   int64_t max_batch = 512;
+
+  // Routed-expert streaming (src/stream): experts are read on demand from the GGUF, or from its
+  // packed expert file (`ds4-gguf pack-experts`), into a host-RAM cache. Output is bit-identical
+  // to resident mode. A GGUF whose experts were moved to a packed file always streams.
+  bool ssd_streaming = false;
+  std::string expert_cache_host;             // budget: "8GB", "512MiB" or N slots; "" = every expert
+  std::string expert_cache_policy = "hot";   // "hot" (decayed selection count + recency) or "lru"
+  std::string expert_io = "auto";            // "auto" (io_uring, else pread), "uring", "pread"
+  bool expert_prefetch_hash = true;          // prefetch hash-routed layers' experts per token
+  bool expert_prefetch_lookahead = true;     // next layer's router on this layer's input
+  bool expert_protect = true;                // prefetched experts are not evicted while fresh
+  std::string packed_experts;                // "" = MODEL.gguf.experts when it exists
+  std::string trace_routing;                 // write a routing trace (docs/FORMATS.md) here
 };
 
 // Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
@@ -57,6 +70,7 @@ struct MemoryPlan {
                                        // rows amortized, token list); fractional parts rounded up
   uint64_t state_bytes_at_ctx = 0;     // fixed + growth for n_ctx tokens, excluding checkpoints
   uint64_t checkpoint_bytes = 0;       // one rewind checkpoint (see SessionOptions)
+  std::string expert_streaming;        // "" when resident; else source, cache budget, policy, I/O
   std::string describe() const;        // one human-readable line per figure
 };
 
@@ -95,6 +109,10 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // The model's tokenizer. Throws ds4::Error when info().has_tokenizer is false.
   const Tokenizer& tokenizer() const;
   bool is_stop_token(int32_t id) const;
+
+  // Expert-streaming counters (hits, misses, prefetch, bytes read, stall time) as printable
+  // lines; "" when the model runs resident. Safe to call from any thread.
+  std::string expert_stats() const;
 
   // A fresh, empty session (position 0). Throws ds4::Error when options are invalid.
   std::unique_ptr<Session> new_session() const;

@@ -12,6 +12,7 @@
 #include "gguf/gguf.h"
 #include "session/checkpoint.h"
 #include "session/engine_impl.h"
+#include "stream/setup.h"
 
 namespace ds4 {
 
@@ -106,9 +107,10 @@ std::string MemoryPlan::describe() const {
   return fmt::format(
       "model file        {} (mapped read-only; weights {})\n"
       "session state     {} fixed + {} per token = {} at {} tokens\n"
-      "rewind checkpoint {} each",
+      "rewind checkpoint {} each{}{}",
       human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(state_fixed_bytes), state_bytes_per_token,
-      human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes));
+      human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes), expert_streaming.empty() ? "" : "\n",
+      expert_streaming);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -141,6 +143,22 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   in.n_ctx_train = hp_preview.context_length;
   in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
   impl->plan = make_plan(file, hp_preview, in.n_ctx);
+  stream::StreamingRequest sr;
+  sr.enable = o.ssd_streaming;
+  sr.cache_host = o.expert_cache_host;
+  sr.policy = o.expert_cache_policy;
+  sr.io = o.expert_io;
+  sr.prefetch_hash = o.expert_prefetch_hash;
+  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
+  sr.protect = o.expert_protect;
+  sr.packed_path = o.packed_experts;
+  sr.trace_path = o.trace_routing;
+  stream::StreamingSetup ss = stream::setup_streaming(file, sr);
+  if (ss.provider && o.backend != "cpu")
+    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
+  impl->experts = std::move(ss.provider);
+  impl->plan.expert_streaming = ss.describe;
+  mo.experts = impl->experts.get();
   impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
 
   const auto& hp = impl->model->hparams();
@@ -171,6 +189,8 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
 }
 
 const EngineInfo& Engine::info() const { return impl_->info; }
+
+std::string Engine::expert_stats() const { return impl_->experts ? impl_->experts->stats().describe() : ""; }
 const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 

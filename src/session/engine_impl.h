@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "ds4/engine.h"
 #include "model/deepseek4/model.h"
+#include "stream/provider.h"
 
 namespace ds4 {
 
@@ -17,6 +18,7 @@ struct Engine::Impl {
   EngineInfo info;
   MemoryPlan plan;
   uint64_t model_hash = 0;  // XXH64 behind info.model_id
+  std::unique_ptr<stream::ExpertProvider> experts;  // null: resident; outlives the model
   std::unique_ptr<model::deepseek4::Model> model;
   std::optional<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;

@@ -10,7 +10,9 @@
 #include "compute/backends.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "gguf/gguf.h"
 #include "model/deepseek4/model.h"
+#include "stream/setup.h"
 #include "options.h"
 
 namespace ds4::tools {
@@ -33,7 +35,23 @@ void run_dump_logits(const Ds4Options& opts) {
   model::deepseek4::Options mo;
   mo.act_quant_sim = opts.act_quant_sim;
   auto t0 = clock::now();
-  auto model = model::deepseek4::Model::load(opts.model_path, mo);
+  gguf::File file = gguf::File::open(opts.model_path);
+  stream::StreamingRequest sr;
+  sr.enable = opts.ssd_streaming;
+  sr.cache_host = opts.expert_cache_host;
+  sr.policy = opts.expert_cache_policy;
+  sr.io = opts.expert_io;
+  sr.prefetch_hash = !opts.no_prefetch_hash;
+  sr.prefetch_lookahead = !opts.no_prefetch_lookahead;
+  sr.protect = !opts.no_expert_protect;
+  sr.packed_path = opts.packed_experts;
+  sr.trace_path = opts.trace_routing;
+  stream::StreamingSetup ss = stream::setup_streaming(file, sr);  // outlives the model
+  if (!ss.describe.empty()) fmt::print(stderr, "{}\n", ss.describe);
+  if (ss.provider && opts.backend != "cpu")
+    fail("expert streaming runs on the CPU backend only so far (backend '{}')", opts.backend);
+  mo.experts = ss.provider.get();
+  auto model = model::deepseek4::Model::from_file(std::move(file), mo);
   ThreadPool pool(opts.threads);
   compute::BackendOptions bo;
   bo.name = opts.backend;
@@ -57,6 +75,7 @@ void run_dump_logits(const Ds4Options& opts) {
   }
   auto t2 = clock::now();
   write_f32_le(opts.dump_logits_path, logits);
+  if (opts.stats && ss.provider) fmt::print(stderr, "{}", ss.provider->stats().describe());
   if (opts.verbose) {
     double load_s = std::chrono::duration<double>(t1 - t0).count();
     double eval_s = std::chrono::duration<double>(t2 - t1).count();

@@ -14,6 +14,12 @@ struct Ds4Options {
   int threads = 0;  // 0: all hardware threads
   bool verbose = false;
 
+  // Routed-expert streaming (src/stream/setup.h); `stats` prints its counters at the end.
+  bool ssd_streaming = false;
+  std::string expert_cache_host, expert_cache_policy = "hot", expert_io = "auto", packed_experts, trace_routing;
+  bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
+  bool stats = false;
+
   // Logits dump (architecture.md §3).
   std::vector<int32_t> tokens;
   std::string dump_logits_path;

@@ -77,7 +77,18 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   eo.threads = c.threads;
   eo.ctx_size = o.ctx;
   eo.act_quant_sim = c.act_quant_sim;
+  eo.ssd_streaming = c.ssd_streaming;
+  eo.expert_cache_host = c.expert_cache_host;
+  eo.expert_cache_policy = c.expert_cache_policy;
+  eo.expert_io = c.expert_io;
+  eo.expert_prefetch_hash = !c.no_prefetch_hash;
+  eo.expert_prefetch_lookahead = !c.no_prefetch_lookahead;
+  eo.expert_protect = !c.no_expert_protect;
+  eo.packed_experts = c.packed_experts;
+  eo.trace_routing = c.trace_routing;
   auto engine = Engine::open(eo);
+  if (!c.verbose && !engine->memory_plan().expert_streaming.empty())
+    fmt::print(stderr, "{}\n", engine->memory_plan().expert_streaming);
   const auto& info = engine->info();
   if (c.verbose) {
     fmt::print(stderr, "ds4: {} ({}), model id {}, {} layers, vocab {}, ctx {} (trained {}), {} threads\n",
@@ -105,6 +116,7 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   std::fputc('\n', stdout);
   std::fflush(stdout);
   runner.print_stats(st);
+  if (c.stats && !engine->expert_stats().empty()) fmt::print(stderr, "{}", engine->expert_stats());
   if (!o.dump_logprobs.empty())
     write_logprobs(o.dump_logprobs, runner, tok, st.prompt_tokens + st.reused_tokens, runner.session().n_ctx(),
                    o.logprobs_top_k);

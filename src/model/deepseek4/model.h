@@ -14,6 +14,10 @@
 #include "model/deepseek4/state.h"
 #include "model/deepseek4/weights.h"
 
+namespace ds4::stream {
+class ExpertProvider;
+}
+
 namespace ds4::model::deepseek4 {
 
 struct Options {
@@ -23,6 +27,9 @@ struct Options {
   // Longest batch one forward pass takes; longer evaluations run in consecutive chunks (which
   // give the same logits, spec §7) to bound activation memory.
   int64_t max_batch = 512;
+  // Routed experts from this provider (src/stream: host cache <- GGUF or packed file) instead
+  // of the mapping; not owned, must outlive the Model. Results are bit-identical either way.
+  stream::ExpertProvider* experts = nullptr;
 };
 
 class Model {
