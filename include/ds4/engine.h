@@ -96,6 +96,14 @@ struct EngineInfo {
   bool act_quant_sim = true;
 };
 
+// Expert-streaming counters since the engine opened (what `--stats` prints, in numbers).
+struct ExpertCounters {
+  uint64_t tokens = 0, hits = 0, inflight_hits = 0, misses = 0, evictions = 0, reads = 0, bytes_read = 0;
+  uint64_t prefetch_issued = 0, prefetch_useful = 0, prefetch_wasted = 0;  // hash + lookahead
+  double stall_seconds = 0;
+  uint64_t cache_budget_bytes = 0, cache_bytes = 0;
+};
+
 class Engine : public std::enable_shared_from_this<Engine> {
  public:
   // Opens, validates and binds the model file. Throws ds4::Error naming the file and the
@@ -113,6 +121,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // Expert-streaming counters (hits, misses, prefetch, bytes read, stall time) as printable
   // lines; "" when the model runs resident. Safe to call from any thread.
   std::string expert_stats() const;
+  std::optional<ExpertCounters> expert_counters() const;  // nullopt when resident
 
   // A fresh, empty session (position 0). Throws ds4::Error when options are invalid.
   std::unique_ptr<Session> new_session() const;

@@ -191,6 +191,22 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
 const EngineInfo& Engine::info() const { return impl_->info; }
 
 std::string Engine::expert_stats() const { return impl_->experts ? impl_->experts->stats().describe() : ""; }
+
+std::optional<ExpertCounters> Engine::expert_counters() const {
+  if (!impl_->experts) return std::nullopt;
+  const stream::ProviderStats s = impl_->experts->stats();
+  ExpertCounters c;
+  c.tokens = s.tokens, c.hits = s.hits, c.inflight_hits = s.inflight_hits, c.misses = s.misses;
+  c.evictions = s.evictions, c.reads = s.reads, c.bytes_read = s.bytes_read;
+  for (int k = 0; k < 2; ++k) {
+    c.prefetch_issued += s.prefetch_issued[k];
+    c.prefetch_useful += s.prefetch_useful[k];
+    c.prefetch_wasted += s.prefetch_wasted[k];
+  }
+  c.stall_seconds = static_cast<double>(s.stall_ns) / 1e9;
+  c.cache_budget_bytes = s.budget_bytes, c.cache_bytes = s.cached_bytes;
+  return c;
+}
 const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }
 const EngineOptions& Engine::options() const { return impl_->options; }
 
