@@ -45,10 +45,11 @@ Run run(const std::string& path, stream::ExpertProvider* xp, const std::vector<i
   auto m = Model::from_file(gguf::File::open(path), o);
   ThreadPool pool(2);
   auto be = compute::make_cpu_backend(&pool);
+  m->register_weights(*be);
   const int64_t V = m->hparams().n_vocab;
   Run r;
   r.prefill.resize(toks.size() * static_cast<size_t>(V));
-  State st = m->new_state();
+  State st = m->new_state(*be, static_cast<int64_t>(toks.size()) + steps + 1);
   m->eval(*be, st, toks, r.prefill.data());
   int32_t next = argmax(r.prefill.data() + (toks.size() - 1) * V, V);
   for (int s = 0; s < steps; ++s) {
