@@ -1,5 +1,7 @@
 #include "tokenizer_fixture.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,7 +20,10 @@ namespace {
 Tokenizer build(bool v4) {
   // Through GGUF on purpose: vocab-from-hf's writer and the engine's reader are both exercised.
   auto vocab = tokenizer::vocab_from_hf_json(tokenizer_json_path(), v4);
-  const std::string path = std::string(DS4_BUILD_DIR) + (v4 ? "/tokenizer_test_v4.gguf" : "/tokenizer_test_v3.gguf");
+  // One file per process: ctest runs test processes of this fixture in parallel, and two writers
+  // of one path race on its .tmp rename (and one may map a file the other is replacing).
+  const std::string path = std::string(DS4_BUILD_DIR) + (v4 ? "/tokenizer_test_v4." : "/tokenizer_test_v3.") +
+                           std::to_string(::getpid()) + ".gguf";
   gguf::Writer w(path);
   tokenizer::vocab_to_gguf(vocab, w);
   w.write_header();
