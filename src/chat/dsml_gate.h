@@ -4,8 +4,7 @@
 // sampled greedily so the block stays parseable; values use the caller's sampling (greedy
 // payloads tend to loop on long code or file bodies). Fed the same text as the DSML parser.
 //
-// Shared by every front end that generates tool calls (ds4-agent today). src/server/dsml_gate.h
-// is an older copy of this class that the server still uses; it should switch to this one.
+// Shared by every front end that generates tool calls (ds4-server, ds4-agent).
 #include <string>
 #include <string_view>
 

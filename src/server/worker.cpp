@@ -11,7 +11,7 @@
 #include "chat/markers.h"
 #include "chat/py_json.h"
 #include "ds4/session.h"
-#include "server/dsml_gate.h"
+#include "chat/dsml_gate.h"
 #include "server/text_stream.h"
 
 namespace ds4::server {
@@ -455,7 +455,7 @@ void Worker::run(Job& job) {
   chat::DsmlStreamParser parser(job.starts_in_reasoning);
   EventMapper mapper(job, tools_, opts_.record_tool_blocks);
   mapper.set_in_reasoning(dsml && job.starts_in_reasoning);
-  DsmlGate gate;
+  chat::DsmlGate gate;
   Utf8Joiner utf8;
   std::vector<chat::DsmlEvent> evs;
 

@@ -4,7 +4,7 @@
 #include <fstream>
 
 #include "server/debug_script.h"
-#include "server/dsml_gate.h"
+#include "chat/dsml_gate.h"
 #include "chat/prompt_tokens.h"
 #include "server/text_stream.h"
 
@@ -67,7 +67,7 @@ TEST(ServerText, DsmlGateIsGreedyOnlyOnStructure) {
       "<｜DSML｜parameter name=\"p\" string=\"true\">VALUE1</｜DSML｜parameter>\n"
       "<｜DSML｜parameter name=\"q\" string=\"false\">[1, 2]</｜DSML｜parameter>\n"
       "</｜DSML｜invoke>\n</｜DSML｜tool_calls>after";
-  DsmlGate g;
+  chat::DsmlGate g;
   std::string structural;  // '1' where the NEXT byte would be sampled greedily
   for (size_t i = 0; i < block.size(); ++i) {
     g.feed(std::string_view(block).substr(i, 1));
