@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "quant/types.h"
 
 namespace ds4 {
@@ -134,6 +135,19 @@ class Backend {
   // weights against the f32 activations.
   virtual void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride = 0,
                       int64_t y_stride = 0) = 0;
+
+  // Grouped rows: W's n_out rows form `groups` equal groups, and output row o of group g reads
+  // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in values; x_stride 0 means
+  // that): y[r*y_stride + o] = sum_i W[o][i] * x[r*x_stride + g*n_in + i]. Each group equals
+  // matmul on its rows and slice (the default implementation), so the values are the same;
+  // a device backend does it in one launch.
+  virtual void matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y,
+                              int64_t x_stride = 0, int64_t y_stride = 0) {
+    if (groups < 1 || w.n_out % groups != 0) fail("matmul_grouped: {} rows do not split into {} groups", w.n_out, groups);
+    const int64_t per = w.n_out / groups;
+    const int64_t xs = x_stride ? x_stride : groups * w.n_in, ys = y_stride ? y_stride : w.n_out;
+    for (int64_t g = 0; g < groups; ++g) matmul(w.rows(g * per, per), x + g * w.n_in, rows, y + g * per, xs, ys);
+  }
 
   // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * (w ? w : 1); the mean accumulates in double.
   // w is a weight (or null). y may alias x.

@@ -130,7 +130,7 @@ std::vector<double> rope_frequencies(const RopeParams& p) {
 
 void hc_split_mix(const float* mix, const float* scale, const float* base, int n_hc, int sinkhorn_iters,
                   float eps, float* pre, float* post, float* comb) {
-  auto sigmoid = [](float v) { return 1.0f / (1.0f + std::exp(-v)); };
+  auto sigmoid = [](float v) { return 1.0f / (1.0f + exp_f(-v)); };
   for (int i = 0; i < n_hc; ++i) {
     pre[i] = sigmoid(mix[i] * scale[0] + base[i]) + eps;
     post[i] = 2.0f * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i]);
@@ -144,7 +144,7 @@ void hc_split_mix(const float* mix, const float* scale, const float* base, int n
       mx = std::max(mx, row[j]);
     }
     float sum = 0;
-    for (int j = 0; j < n_hc; ++j) sum += row[j] = std::exp(row[j] - mx);
+    for (int j = 0; j < n_hc; ++j) sum += row[j] = exp_f(row[j] - mx);
     for (int j = 0; j < n_hc; ++j) row[j] = row[j] / sum + eps;
   }
   auto col_norm = [&] {

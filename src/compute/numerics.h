@@ -3,10 +3,18 @@
 // and of the RoPE/YaRN frequency table (spec §5.1). They are the single source of truth for
 // every backend: the CPU backend calls them directly, a GPU backend must reproduce them
 // bit for bit and is tested against them.
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
 namespace ds4::compute {
+
+// e^x and log(1+x) of a float as every backend computes them: in double, rounded to float once.
+// (libm's expf/log1pf differ between libraries and from a GPU's, in ~1 of 5000 arguments here;
+// rounding the double result agrees everywhere except within ~1e-9 ulp of a float midpoint, so
+// CPU and GPU results stay bit-identical.)
+inline float exp_f(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
+inline float log1p_f(float x) { return static_cast<float>(std::log1p(static_cast<double>(x))); }
 
 // Nearest finite FP8 E4M3 value (codes: e=1..15 -> (1+m/8)*2^(e-7), e=0 -> m*2^-9, max 448),
 // ties to the even code. |x| > 448 saturates to 448 (callers clamp first anyway).

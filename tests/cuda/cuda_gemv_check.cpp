@@ -39,6 +39,7 @@
 #include "core/fp16.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
+#include "compute/numerics.h"
 #include "quant/quant.h"
 
 using namespace ds4;
@@ -282,6 +283,11 @@ void check_matmul(const Weights& w, int64_t rows, bool strided, bool float_acts,
   const double tol_f = float_acts ? (static_cast<double>(n) / 8 + 16 + lane_elems(t, n) + 5) * std::ldexp(1.0, -24)
                                   : tol_factor;
   std::vector<double> worst_abs(outs.size()), worst_rel(outs.size());
+  // Without float_acts the kernels add the CPU's terms in the CPU's order (gemv_exact.cuh):
+  // every output must equal quant::vec_dot bit for bit (float weights: the AVX2 order, so
+  // only where the CPU has AVX2).
+  const bool want_exact = !float_acts && (!is_float_type(t) || quant::have_avx2());
+  std::atomic<int64_t> differ{0};
   parallel_for(static_cast<int64_t>(outs.size()), [&](int64_t k) {
     const int64_t o = outs[k];
     const uint8_t* row = w.host.data() + w.offset + static_cast<size_t>(o) * w.row_stride;
@@ -293,6 +299,7 @@ void check_matmul(const Weights& w, int64_t rows, bool strided, bool float_acts,
                                    : quant::vec_dot(t, row, acts.data() + r * abytes, n);
       const double S = abs_terms(float_acts ? GgmlType::F32 : t, wd.data(), w0.data(), &adec[r * n], n);
       const double got = y[r * ys + o];
+      if (want_exact && !(y[r * ys + o] == ref)) differ.fetch_add(1);
       const double e = std::fabs(got - ref);
       const double tol = tol_f * S;
       double rel = tol > 0 ? e / tol : (e == 0 ? 0 : INFINITY);
@@ -305,9 +312,10 @@ void check_matmul(const Weights& w, int64_t rows, bool strided, bool float_acts,
   for (size_t k = 0; k < outs.size(); ++k) max_abs = std::max(max_abs, worst_abs[k]), max_rel = std::max(max_rel, worst_rel[k]);
   char tol[64], extra[96];
   std::snprintf(tol, sizeof tol, "%.2e*S", tol_f);
-  std::snprintf(extra, sizeof extra, "[%zu/%lld outputs checked]%s%s", outs.size(), (long long)m,
-                pad_touched ? " PADDING-WRITTEN" : "", unwritten ? " UNWRITTEN" : "");
-  report("CASE", name, max_abs, max_rel, tol, max_rel <= 1.0 && !pad_touched && !unwritten, extra);
+  std::snprintf(extra, sizeof extra, "[%zu/%lld outputs checked]%s%s%s", outs.size(), (long long)m,
+                pad_touched ? " PADDING-WRITTEN" : "", unwritten ? " UNWRITTEN" : "",
+                want_exact ? (differ.load() ? " NOT-BIT-EXACT" : " bit-exact") : "");
+  report("CASE", name, max_abs, max_rel, tol, max_rel <= 1.0 && !pad_touched && !unwritten && differ.load() == 0, extra);
 }
 
 // ---- moe cases -----------------------------------------------------------------------------
@@ -387,6 +395,10 @@ void check_moe(const ExpertHost& gate, const ExpertHost& up, const ExpertHost& d
   const double tol_d = fa_d ? (n_ff / 8.0 + 16 + lane_elems(down.type, n_ff) + 5) * eps : 1e-5;
   std::vector<double> worst_rel(rows), worst_abs(rows);
   std::vector<int64_t> allowance_used(rows);
+  // Without float_acts: bit for bit the CPU backend's result (gemv_exact.cuh), up to glibc's
+  // expf in silu (the kernel rounds exp in double once: see cuda_util.cuh expf_ref).
+  const bool want_exact = !float_acts && ((!is_float_type(gate.type) && !is_float_type(down.type)) || quant::have_avx2());
+  std::atomic<int64_t> differ{0};
   parallel_for(rows, [&](int64_t t) {
     const float* xt = &x[t * n_embd];
     std::vector<uint8_t> xq(fa_g ? n_embd * 4 : row_bytes(traits(at_g), n_embd));
@@ -412,7 +424,7 @@ void check_moe(const ExpertHost& gate, const ExpertHost& up, const ExpertHost& d
         }
         float gv = g, uv = u;
         if (limit > 0) gv = std::min(gv, limit), uv = std::clamp(uv, -limit, limit);
-        const float silu = gv / (1.0f + std::exp(-gv));
+        const float silu = gv / (1.0f + compute::exp_f(-gv));
         h[o] = silu * uv * wt;
         if (fa_g) {
           // How far the GPU's h may be from h[o]: g and u within their float bounds, silu' <= 1.1.
@@ -450,6 +462,7 @@ void check_moe(const ExpertHost& gate, const ExpertHost& up, const ExpertHost& d
     int64_t used = 0;
     for (int64_t o = 0; o < n_embd; ++o) {
       const double got = y[t * n_embd + o];
+      if (want_exact && !(y[t * n_embd + o] == yref[o])) differ.fetch_add(1);
       const double e = std::fabs(got - yref[o]);
       const double base = tol_d * Sd[o] + extra[o];
       const double tol = base + allow[o];
@@ -465,9 +478,9 @@ void check_moe(const ExpertHost& gate, const ExpertHost& up, const ExpertHost& d
   for (int64_t t = 0; t < rows; ++t) max_rel = std::max(max_rel, worst_rel[t]), max_abs = std::max(max_abs, worst_abs[t]), used += allowance_used[t];
   char tol[64], extra[96];
   std::snprintf(tol, sizeof tol, "%.2e*S%s", tol_d, fa_d ? "+prop" : "+3 steps");
-  std::snprintf(extra, sizeof extra, "[%lld/%lld outputs used the Q8_K-step allowance]", (long long)used,
-                (long long)(rows * n_embd));
-  report("CASE", name, max_abs, max_rel, tol, max_rel <= 1.0, extra);
+  std::snprintf(extra, sizeof extra, "[%lld/%lld outputs used the Q8_K-step allowance]%s", (long long)used,
+                (long long)(rows * n_embd), want_exact ? (differ.load() ? " NOT-BIT-EXACT" : " bit-exact") : "");
+  report("CASE", name, max_abs, max_rel, tol, max_rel <= 1.0 && differ.load() == 0, extra);
 }
 
 // ---- timing --------------------------------------------------------------------------------
@@ -562,6 +575,36 @@ int main() {
     }
   }
 
+  // matmul_grouped (the attention output's 8 groups) against one matmul per group: same values.
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::F16}) {
+    const int64_t G = 8, gin = 512, per = 64, rows = 3;
+    Weights w = make_weights(t, gin, G * per, 0, 0, rng);
+    std::vector<float> x(rows * G * gin);
+    fill_acts(x.data(), rows, G * gin, G * gin, rng);
+    Dev dx(x.size() * 4), dy1(rows * G * per * 4), dy2(rows * G * per * 4);
+    ck(cudaMemcpy(dx.p, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload x");
+    std::string err;
+    try {
+      cuda::matmul_grouped(w.mat(), G, dx.as<float>(), rows, dy1.as<float>(), 0, 0, false, s);
+      for (int64_t g = 0; g < G; ++g) {
+        cuda::DevMatrix m = w.mat();
+        m.data += g * per * m.row_stride, m.n_out = per;
+        cuda::matmul(m, dx.as<float>() + g * gin, rows, dy2.as<float>() + g * per, G * gin, G * per, false, s);
+      }
+      ck(cudaStreamSynchronize(s), "grouped");
+    } catch (const Error& e) {
+      err = e.what();
+    }
+    std::vector<float> y1(rows * G * per), y2(y1.size());
+    ck(cudaMemcpy(y1.data(), dy1.p, y1.size() * 4, cudaMemcpyDeviceToHost), "y1");
+    ck(cudaMemcpy(y2.data(), dy2.p, y2.size() * 4, cudaMemcpyDeviceToHost), "y2");
+    int64_t bad = 0;
+    for (size_t i = 0; i < y1.size(); ++i) bad += std::memcmp(&y1[i], &y2[i], 4) != 0;
+    report("CASE", "matmul_grouped " + tname(t) + " 8 groups of 64x512 rows 3 = per-group matmul", bad, bad,
+           "0 differing", err.empty() && bad == 0, err);
+    delete w.dev;
+  }
+
   // MoE: the Flash layer (IQ2_XXS gate/up, Q2_K down, 256 experts, top-6) and other formats.
   // (kept for the timing below)
   ExpertHost fg = make_experts(GgmlType::IQ2_XXS, 4096, 2048, 256, rng);
@@ -605,7 +648,11 @@ int main() {
                            TShape{"expert q2_k 2048->4096", GgmlType::Q2_K, 2048, 4096},
                            TShape{"q4_k 4096->4096", GgmlType::Q4_K, 4096, 4096},
                            TShape{"bf16 4096->4096", GgmlType::BF16, 4096, 4096},
-                           TShape{"f32 4096->1024", GgmlType::F32, 4096, 1024}}) {
+                           TShape{"f32 4096->1024", GgmlType::F32, 4096, 1024},
+                           TShape{"hc mix f16 16384->24", GgmlType::F16, 16384, 24},
+                           TShape{"kv q8_0 4096->512", GgmlType::Q8_0, 4096, 512},
+                           TShape{"out_b q8_0 8192->4096", GgmlType::Q8_0, 8192, 4096},
+                           TShape{"router f16 4096->256", GgmlType::F16, 4096, 256}}) {
     const size_t mbytes = row_bytes(traits(ts.type), ts.n_in) * ts.n_out;
     const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / mbytes + 1));
     Dev w(mbytes * copies), x(ts.n_in * 4), y(ts.n_out * 4);

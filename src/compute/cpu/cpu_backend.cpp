@@ -161,7 +161,7 @@ void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n,
         gv = std::min(gv, limit);
         uv = std::clamp(uv, -limit, limit);
       }
-      float silu = gv / (1.0f + std::exp(-gv));
+      float silu = gv / (1.0f + exp_f(-gv));
       hr[i] = silu * uv * weight;
     }
   }
@@ -198,7 +198,7 @@ void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(width) + p.rms_eps));
     for (int64_t k = 0; k < n_mix; ++k) m[k] *= inv;
     if (head) {
-      for (int i = 0; i < hc; ++i) pre[i] = 1.0f / (1.0f + std::exp(-(m[i] * p.scale[0] + p.base[i]))) + p.hc_eps;
+      for (int i = 0; i < hc; ++i) pre[i] = 1.0f / (1.0f + exp_f(-(m[i] * p.scale[0] + p.base[i]))) + p.hc_eps;
     } else {
       hc_split_mix(m, p.scale, p.base, hc, p.sinkhorn_iters, p.hc_eps, pre.data(), post + r * hc, comb + r * hc * hc);
     }

@@ -1,6 +1,7 @@
 // CPU implementation of the model-shaped ops (backend.h): decode attention, CSA indexer
 // scores and top-k, compressor store/pool, MoE routing and the routed experts. These are the
 // reference every other backend is compared with.
+#include "compute/numerics.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,7 +15,7 @@ namespace ds4::compute::cpu {
 
 namespace {
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+float softplus(float x) { return x > 20.0f ? x : log1p_f(exp_f(x)); }
 
 // Tokens per MoE pass: bounds the per-slot output buffer ([chunk][k][d] floats).
 constexpr int64_t kMoeChunk = 256;
@@ -46,11 +47,11 @@ void CpuBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, co
         s[k] = quant::vec_dot(GgmlType::F32, qh, rows[k], head_dim) * scale;
         m = std::max(m, s[k]);
       }
-      float denom = std::exp(sinks[h] - m);
+      float denom = exp_f(sinks[h] - m);
       float* oh = out + h * head_dim;
       std::fill(oh, oh + head_dim, 0.0f);
       for (int64_t k = 0; k < count; ++k) {
-        float e = std::exp(s[k] - m);
+        float e = exp_f(s[k] - m);
         denom += e;
         const float* v = rows[k];
         for (int64_t i = 0; i < head_dim; ++i) oh[i] += e * v[i];
@@ -112,7 +113,7 @@ void CpuBackend::compressor_pool(const float* kv, const float* score, int64_t ra
     }
     float den = 0, num = 0;
     for (int64_t s = 0; s < slots; ++s) {
-      float e = std::exp(at(score, s) - m);
+      float e = exp_f(at(score, s) - m);
       den += e;
       num += e * at(kv, s);
     }

@@ -78,6 +78,8 @@ class CudaBackend final : public Backend {
   void register_weights(const void* data, size_t bytes, const std::string& what) override;
 
   void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride) override;
+  void matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
+                      int64_t y_stride) override;
   void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) override;
   void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
                  int64_t pos0, int64_t pos_step, bool inverse) override;
@@ -475,6 +477,16 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
   cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
   cuda::matmul(dm, x, rows, y, x_stride ? x_stride : w.n_in, y_stride ? y_stride : w.n_out, opt_.float_activations,
                stream_);
+}
+
+void CudaBackend::matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y,
+                                 int64_t x_stride, int64_t y_stride) {
+  Prof prof(this, prof_ ? fmt::format("matmul_grouped {} {}x{} /{}", traits(w.type).name, w.n_out, w.n_in, groups)
+                        : std::string());
+  if (rows <= 0) return;
+  if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
+  cuda::DevMatrix dm = dev_matrix(w, "matmul_grouped", "W");
+  cuda::matmul_grouped(dm, groups, x, rows, y, x_stride, y_stride, opt_.float_activations, stream_);
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {

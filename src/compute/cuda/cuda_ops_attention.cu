@@ -1,11 +1,13 @@
 // Decode attention (one query, all heads, window + compressed/indexed rows, sinks), the CSA
 // indexer's scores, top-k selection (CUB radix sort) and the MoE router of the CUDA backend.
-// Built with nvcc's default FMA contraction (CMakeLists.txt says why that is safe here).
+// Built with nvcc's default FMA contraction: the attention and indexer kernels use explicit
+// intrinsics (their order is the CPU's, bit for bit); moe_route/top_k hold no a*b+c.
 #include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <cmath>
 
+#include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "core/error.h"
@@ -14,15 +16,49 @@ namespace ds4::cuda {
 
 namespace {
 
-// ---- attention --------------------------------------------------------------------------------
-// Split over rows: warp w of block (c, g) takes head h = g*kHeadsPerBlock + w over rows
-// [c*rpb, (c+1)*rpb) with an online softmax (running max m, sum l, accumulator o) and writes
-// one partial (m, l, o[head_dim]) for (h, c); the block's warps walk the same rows, so each
-// row comes from L2 once per block and from L1 for the other heads. A second kernel merges a
-// head's partials with its sink. Lane `lane` holds dims lane + 32*j. The result equals the
-// CPU's two-pass softmax up to float rounding (other summation order, rescaling by e^{m-m'}).
+// ---- CPU-order float dot -----------------------------------------------------------------------
+// quant::vec_dot(F32, w, x, n) as the CPU's AVX2 kernel computes it (dot_avx2_float.cpp): 32 FMA
+// chains (element i into chain i % 32) over whole 32-element steps, then 8-element steps into
+// chains 0..7, the chains folded as (c_l + c_{l+8}) + (c_{l+16} + c_{l+24}) and then
+// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then the remaining elements added one by one. Lane L
+// of a warp owns chain L; every lane returns the result. Explicit intrinsics throughout: this
+// file is compiled with FMA contraction on.
 
-constexpr int kHeadsPerBlock = 8;
+__device__ __forceinline__ float fold8(const float* l) {
+  const float a0 = __fadd_rn(l[0], l[4]), a1 = __fadd_rn(l[1], l[5]), a2 = __fadd_rn(l[2], l[6]),
+              a3 = __fadd_rn(l[3], l[7]);
+  return __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
+}
+
+__device__ __forceinline__ float warp_fold_chains(float a) {
+  const int l = threadIdx.x & 7;
+  const float c0 = __shfl_sync(kFull, a, l), c1 = __shfl_sync(kFull, a, l + 8);
+  const float c2 = __shfl_sync(kFull, a, l + 16), c3 = __shfl_sync(kFull, a, l + 24);
+  const float v = __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
+  float lv[8];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) lv[k] = __shfl_sync(kFull, v, k);
+  return fold8(lv);
+}
+
+__device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, int64_t n) {
+  const int lane = threadIdx.x & 31;
+  float a = 0.0f;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) a = fmaf(w[i + lane], x[i + lane], a);
+  for (; i + 8 <= n; i += 8)
+    if (lane < 8) a = fmaf(w[i + lane], x[i + lane], a);
+  float sum = warp_fold_chains(a);
+  for (; i < n; ++i) sum = __fadd_rn(sum, __fmul_rn(w[i], x[i]));
+  return sum;
+}
+
+// ---- attention --------------------------------------------------------------------------------
+// The CPU's order (cpu_model_ops.cpp), bit for bit: per head, s_k = dot(q_h, row_k) * scale for
+// the rows in visiting order; m = max(sink, s_k); e_k = exp(s_k - m); denominator
+// exp(sink - m) + e_0 + e_1 + ... in order; o[i] = (0 + e_0 v_0[i] + e_1 v_1[i] + ...) * (1/den).
+// Three kernels: scores (a warp per (head, row)), the softmax sums (a block per head), and the
+// weighted rows (a thread per (head, dim), rows in order).
 
 __device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t head_dim, int* err) {
   if (r < kv.n_win) {
@@ -41,199 +77,90 @@ __device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t h
   return kv.comp + c * head_dim;
 }
 
-template <int J>
-__global__ void k_attn_partial(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv,
-                               int64_t rows_per_block, float scale, float* part, int* err) {
-  const int c = blockIdx.x, nb = gridDim.x;
-  const int lane = threadIdx.x & 31;
-  const int64_t h = static_cast<int64_t>(blockIdx.y) * kHeadsPerBlock + (threadIdx.x >> 5);
-  if (h >= n_heads) return;  // whole warp; no block-wide synchronization below
+constexpr int kAttnHeads = 8;  // heads per block (one warp each) in the scores kernel
+constexpr int kAttnRows = 16;  // rows per block in the scores kernel
+
+// S[h][r] = dot(q_h, row r) * scale (NaN for a bad index: its row is skipped as the error).
+__global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, int64_t total,
+                              float scale, float* S, int* err) {
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
+  if (h >= n_heads) return;  // whole warp
   const float* qh = q + h * head_dim;
-  float qv[J], o[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    const int64_t d = lane + 32 * j;
-    qv[j] = d < head_dim ? qh[d] : 0.0f;
-    o[j] = 0.0f;
-  }
-  float m = -INFINITY, l = 0.0f;
-  const int64_t total = kv.n_win + kv.n_sel;
-  const int64_t r0 = c * rows_per_block, r1 = min(total, r0 + rows_per_block);
-  // Two rows per step so that two rows' loads are in flight; updates stay in row order.
-  for (int64_t r = r0; r < r1; r += 2) {
-    const float* row0 = attn_row(kv, r, head_dim, err);  // null: bad index, recorded, skipped
-    const float* row1 = r + 1 < r1 ? attn_row(kv, r + 1, head_dim, err) : nullptr;
-    float rv0[J], rv1[J];
-    float dot0 = 0.0f, dot1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t d = lane + 32 * j;
-      rv0[j] = row0 && d < head_dim ? __ldg(row0 + d) : 0.0f;
-      rv1[j] = row1 && d < head_dim ? __ldg(row1 + d) : 0.0f;
-      dot0 += qv[j] * rv0[j];
-      dot1 += qv[j] * rv1[j];
-    }
-    dot0 = warp_sum(dot0);
-    dot1 = warp_sum(dot1);
-    if (row0) {
-      const float s0 = dot0 * scale;
-      const float mn = fmaxf(m, s0);
-      const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
-      const float e = expf(s0 - mn);
-      l = l * corr + e;
-#pragma unroll
-      for (int j = 0; j < J; ++j) o[j] = o[j] * corr + e * rv0[j];
-      m = mn;
-    }
-    if (row1) {
-      const float s1 = dot1 * scale;
-      const float mn = fmaxf(m, s1);
-      const float corr = m == -INFINITY ? 0.0f : expf(m - mn);
-      const float e = expf(s1 - mn);
-      l = l * corr + e;
-#pragma unroll
-      for (int j = 0; j < J; ++j) o[j] = o[j] * corr + e * rv1[j];
-      m = mn;
-    }
-  }
-  float* out = part + (h * nb + c) * (head_dim + 2);
-  if (lane == 0) out[0] = m, out[1] = l;
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    const int64_t d = lane + 32 * j;
-    if (d < head_dim) out[2 + d] = o[j];
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
+  for (int64_t r = r0; r < r0 + kAttnRows && r < total; ++r) {
+    const float* row = attn_row(kv, r, head_dim, err);
+    const float v = row ? __fmul_rn(warp_dot_cpu(qh, row, head_dim), scale) : __int_as_float(0x7fc00000);
+    if ((threadIdx.x & 31) == 0) S[h * total + r] = v;
   }
 }
 
-// One block per head: merge the nb partials with the sink (denominator e^{sink-M} + sum).
-__global__ void k_attn_combine(const float* part, int nb, int64_t head_dim, const float* sinks, float* out) {
-  __shared__ float wgt[1024];
-  __shared__ float inv_den;
-  const int h = blockIdx.x;
-  const float* ph = part + static_cast<int64_t>(h) * nb * (head_dim + 2);
+// One block per head: m, e_k (in place of S), and 1/den.
+__global__ void k_attn_softmax(float* S, int64_t total, const float* sinks, float* inv) {
+  __shared__ float red[32];
+  __shared__ float m_sh;
+  const int64_t h = blockIdx.x;
+  float* s = S + h * total;
+  float m = sinks[h];
+  for (int64_t r = threadIdx.x; r < total; r += blockDim.x) m = std_max(m, s[r]);
+  for (int o = 16; o > 0; o >>= 1) m = std_max(m, __shfl_xor_sync(kFull, m, o));
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+  __syncthreads();
   if (threadIdx.x == 0) {
-    float M = sinks[h];
-    for (int c = 0; c < nb; ++c) M = fmaxf(M, ph[c * (head_dim + 2)]);
-    float den = expf(sinks[h] - M);
-    for (int c = 0; c < nb; ++c) {
-      const float mc = ph[c * (head_dim + 2)];
-      const float w = mc == -INFINITY ? 0.0f : expf(mc - M);
-      wgt[c] = w;
-      den += ph[c * (head_dim + 2) + 1] * w;
-    }
-    inv_den = 1.0f / den;
+    float mm = red[0];
+    for (int w = 1; w < static_cast<int>(blockDim.x >> 5); ++w) mm = std_max(mm, red[w]);
+    m_sh = mm;
   }
   __syncthreads();
-  for (int64_t d = threadIdx.x; d < head_dim; d += blockDim.x) {
-    float acc = 0.0f;
-    for (int c = 0; c < nb; ++c) acc += ph[c * (head_dim + 2) + 2 + d] * wgt[c];
-    out[h * head_dim + d] = acc * inv_den;
+  m = m_sh;
+  for (int64_t r = threadIdx.x; r < total; r += blockDim.x) s[r] = expf_ref(__fsub_rn(s[r], m));
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float den = expf_ref(__fsub_rn(sinks[h], m));
+    for (int64_t r = 0; r < total; ++r) den = __fadd_rn(den, s[r]);
+    inv[h] = __fdiv_rn(1.0f, den);
   }
 }
 
-template <int J>
-void launch_attn_partial(dim3 grid, cudaStream_t s, const float* q, int64_t n_heads, int64_t head_dim,
-                         const AttnRows& kv, int64_t rpb, float scale, float* part, int* err) {
-  k_attn_partial<J><<<grid, 32 * kHeadsPerBlock, 0, s>>>(q, n_heads, head_dim, kv, rpb, scale, part, err);
+// Thread (head, dim): o = sum over rows in order of e_r * row_r[dim], times 1/den.
+__global__ void k_attn_out(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, AttnRows kv,
+                           int64_t total, float* out, int* err) {
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * 32 + (threadIdx.x & 31);
+  if (h >= n_heads) return;
+  const float* e = E + h * total;
+  float acc = 0.0f;
+  const bool live = d < head_dim;
+  for (int64_t r = 0; r < total; ++r) {
+    const float* row = attn_row(kv, r, head_dim, err);
+    const float v = row && live ? __ldg(row + d) : 0.0f;
+    acc = __fadd_rn(acc, __fmul_rn(e[r], v));
+  }
+  if (live) out[h * head_dim + d] = __fmul_rn(acc, inv[h]);
 }
 
 // ---- indexer scores ---------------------------------------------------------------------------
-// q (n_heads x head_dim) and the head weights in shared memory; one warp per key, the key's
-// row in registers (lane holds dims lane + 32*j); heads summed in order 0..n_heads-1 as the CPU.
+// The CPU's order: w'_h = w_h * scale (rounded), then per key s = 0 + w'_0 relu(dot_0) + w'_1
+// relu(dot_1) + ... with each dot the CPU's f32 dot. A warp per key (lane = FMA chain), the
+// heads in order; q and w' in shared memory.
 
-template <int J>
 __global__ void k_indexer(const float* q, const float* w, float scale, int n_heads, int64_t head_dim,
                           const float* keys, int64_t n_keys, float* scores) {
   extern __shared__ float sh[];  // [n_heads*head_dim] q, [n_heads] w*scale
   float* qs = sh;
   float* ws = sh + n_heads * head_dim;
   for (int64_t i = threadIdx.x; i < n_heads * head_dim; i += blockDim.x) qs[i] = q[i];
-  for (int i = threadIdx.x; i < n_heads; i += blockDim.x) ws[i] = w[i] * scale;  // rounded first
+  for (int i = threadIdx.x; i < n_heads; i += blockDim.x) ws[i] = __fmul_rn(w[i], scale);
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int64_t c = blockIdx.x * (int64_t)nw + warp; c < n_keys; c += (int64_t)gridDim.x * nw) {
     const float* k = keys + c * head_dim;
-    float kv[J];
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t d = lane + 32 * j;
-      kv[j] = d < head_dim ? k[d] : 0.0f;
-    }
     float acc = 0.0f;
     for (int h = 0; h < n_heads; ++h) {
-      const float* qh = qs + h * head_dim;
-      float dot = 0.0f;
-#pragma unroll
-      for (int j = 0; j < J; ++j) {
-        const int64_t d = lane + 32 * j;
-        if (d < head_dim) dot += qh[d] * kv[j];
-      }
-      dot = warp_sum(dot);
-      acc += ws[h] * std_max(0.0f, dot);  // ReLU before the head weight (trap 12)
+      const float dot = warp_dot_cpu(qs + h * head_dim, k, head_dim);
+      acc = __fadd_rn(acc, __fmul_rn(ws[h], std_max(0.0f, dot)));  // ReLU before the head weight (trap 12)
     }
     if (lane == 0) scores[c] = acc;
   }
-}
-
-// The Flash indexer shape (64 heads x 128 dims) as a tiled product: one thread per (key, group
-// of 16 heads), 64 keys a block. Warps 2g, 2g+1 hold group g, so a warp's q reads are one
-// broadcast address; 32 dims of the block's keys are staged in shared memory at a time (row
-// stride 33: conflict-free). Each head's dot accumulates over dims in order; the heads are
-// then summed in order 0..63 as the CPU does, group g continuing group g-1's sum.
-constexpr int kIxHeads = 64, kIxDim = 128, kIxGroups = 4, kIxHpg = kIxHeads / kIxGroups;
-constexpr int kIxKeys = 64, kIxThreads = kIxKeys * kIxGroups, kIxChunk = 32;
-constexpr size_t kIxShared = (kIxHeads * kIxDim + kIxHeads + kIxKeys * (kIxChunk + 1) + kIxKeys) * sizeof(float);
-
-__global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
-                                                              const float* keys, int64_t n_keys, float* scores) {
-  extern __shared__ float4 sh4[];
-  float* qs = reinterpret_cast<float*>(sh4);  // [64][128]
-  float* ws = qs + kIxHeads * kIxDim;         // [64] w*scale
-  float* ks = ws + kIxHeads;                  // [64 keys][33]
-  float* sum = ks + kIxKeys * (kIxChunk + 1); // [64] running head sum per key
-  for (int i = threadIdx.x; i < kIxHeads * kIxDim; i += kIxThreads) qs[i] = q[i];
-  for (int i = threadIdx.x; i < kIxHeads; i += kIxThreads) ws[i] = w[i] * scale;  // rounded first
-  const int g = threadIdx.x / kIxKeys, kl = threadIdx.x % kIxKeys;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kIxKeys;
-  const float* qg = qs + g * kIxHpg * kIxDim;
-  float acc[kIxHpg];
-#pragma unroll
-  for (int hh = 0; hh < kIxHpg; ++hh) acc[hh] = 0.0f;
-  for (int d0 = 0; d0 < kIxDim; d0 += kIxChunk) {
-    __syncthreads();  // q loaded / the previous chunk consumed
-    for (int i = threadIdx.x; i < kIxKeys * kIxChunk; i += kIxThreads) {
-      const int key = i / kIxChunk, dd = i % kIxChunk;
-      const int64_t c = c0 + key;
-      ks[key * (kIxChunk + 1) + dd] = c < n_keys ? keys[c * kIxDim + d0 + dd] : 0.0f;
-    }
-    __syncthreads();
-    const float* kr = ks + kl * (kIxChunk + 1);
-#pragma unroll
-    for (int dd = 0; dd < kIxChunk; dd += 4) {
-      const float k0 = kr[dd], k1 = kr[dd + 1], k2 = kr[dd + 2], k3 = kr[dd + 3];
-#pragma unroll
-      for (int hh = 0; hh < kIxHpg; ++hh) {
-        const float4 qv = *reinterpret_cast<const float4*>(qg + hh * kIxDim + d0 + dd);
-        float a = acc[hh];
-        a += qv.x * k0;
-        a += qv.y * k1;
-        a += qv.z * k2;
-        a += qv.w * k3;
-        acc[hh] = a;
-      }
-    }
-  }
-#pragma unroll
-  for (int gg = 0; gg < kIxGroups; ++gg) {
-    if (g == gg) {
-      float t = gg == 0 ? 0.0f : sum[kl];
-#pragma unroll
-      for (int hh = 0; hh < kIxHpg; ++hh) t += ws[gg * kIxHpg + hh] * std_max(0.0f, acc[hh]);  // ReLU first
-      sum[kl] = t;
-    }
-    __syncthreads();
-  }
-  if (g == 0 && c0 + kl < n_keys) scores[c0 + kl] = sum[kl];
 }
 
 // ---- top-k ------------------------------------------------------------------------------------
@@ -338,58 +265,40 @@ unsigned blocks_for(int64_t n, int threads) {
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
                float* out, int* err, cudaStream_t s) {
   if (n_heads <= 0 || head_dim <= 0) return;
-  if (head_dim > 1024) fail("CUDA attention: head_dim {} exceeds 1024", head_dim);
-  if (n_heads > 65535 * kHeadsPerBlock) fail("CUDA attention: {} heads exceed the grid", n_heads);
+  if (n_heads > 65535 * kAttnHeads) fail("CUDA attention: {} heads exceed the grid", n_heads);
   const int64_t total = kv.n_win + kv.n_sel;
-  // 8..256 rows a warp, about 64 chunks at short contexts; at most 1024 partials a head.
-  int64_t rpb = std::clamp<int64_t>((total + 63) / 64, 8, 256);
-  rpb = std::max<int64_t>(rpb, (total + 1023) / 1024);
-  const int64_t nb = std::max<int64_t>(1, (total + rpb - 1) / rpb);
-  float* part = nullptr;
-  const size_t part_bytes = static_cast<size_t>(n_heads * nb * (head_dim + 2)) * sizeof(float);
-  check(cudaMallocAsync(reinterpret_cast<void**>(&part), part_bytes, s), "cudaMallocAsync(attention partials)");
-  const dim3 grid(static_cast<unsigned>(nb), static_cast<unsigned>((n_heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
-  const int J = static_cast<int>((head_dim + 31) / 32);
-  if (J <= 1) launch_attn_partial<1>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 2) launch_attn_partial<2>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 4) launch_attn_partial<4>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 8) launch_attn_partial<8>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  else if (J <= 16) launch_attn_partial<16>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  else launch_attn_partial<32>(grid, s, q, n_heads, head_dim, kv, rpb, scale, part, err);
-  check_launch("attention_partial");
-  k_attn_combine<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(part, static_cast<int>(nb), head_dim, sinks, out);
-  check_launch("attention_combine");
-  check(cudaFreeAsync(part, s), "cudaFreeAsync(attention partials)");
+  const size_t sb = (static_cast<size_t>(n_heads * total) * sizeof(float) + 255) / 256 * 256;
+  uint8_t* buf = nullptr;
+  cudaError_t e = cudaSuccess;
+  buf = static_cast<uint8_t*>(block_cache().get(sb + static_cast<size_t>(n_heads) * sizeof(float), s, &e));
+  if (!buf) check(e, "cudaMallocAsync(attention scores)");
+  float* S = reinterpret_cast<float*>(buf);
+  float* inv = reinterpret_cast<float*>(buf + sb);
+  const unsigned hb = static_cast<unsigned>((n_heads + kAttnHeads - 1) / kAttnHeads);
+  if (total > 0) {
+    k_attn_scores<<<dim3(blocks_for(total, kAttnRows), hb), 32 * kAttnHeads, 0, s>>>(q, n_heads, head_dim, kv, total,
+                                                                                     scale, S, err);
+    check_launch("attention scores");
+  }
+  k_attn_softmax<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(S, total, sinks, inv);
+  check_launch("attention softmax");
+  k_attn_out<<<dim3(blocks_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s>>>(S, inv, n_heads, head_dim, kv, total, out,
+                                                                            err);
+  check_launch("attention output");
+  block_cache().put(buf);
 }
 
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
                     int64_t n_keys, float* scores, cudaStream_t s) {
   if (n_keys <= 0) return;
-  if (n_heads == kIxHeads && head_dim == kIxDim) {
-    k_indexer_flash<<<blocks_for(n_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
-    check_launch("indexer_scores (64x128)");
-    return;
-  }
-  if (head_dim > 1024) fail("CUDA indexer_scores: head_dim {} exceeds 1024", head_dim);
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;
-  // At least 4 keys a warp: each block reads q (n_heads*head_dim floats) once from L2.
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n_keys, nw * 4), 1024));
-  const int J = static_cast<int>((head_dim + 31) / 32);
-  const int nh = static_cast<int>(n_heads);
-  auto go = [&](auto kern) {
-    if (shm > 48 * 1024)
-      check(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
-            "cudaFuncSetAttribute(indexer_scores)");
-    kern<<<grid, threads, shm, s>>>(q, w, scale, nh, head_dim, keys, n_keys, scores);
-  };
-  if (J <= 1) go(k_indexer<1>);
-  else if (J <= 2) go(k_indexer<2>);
-  else if (J <= 4) go(k_indexer<4>);
-  else if (J <= 8) go(k_indexer<8>);
-  else if (J <= 16) go(k_indexer<16>);
-  else go(k_indexer<32>);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n_keys, nw), 4096));
+  if (shm > 48 * 1024)
+    check(cudaFuncSetAttribute(k_indexer, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
+          "cudaFuncSetAttribute(indexer_scores)");
+  k_indexer<<<grid, threads, shm, s>>>(q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys, scores);
   check_launch("indexer_scores");
 }
 

@@ -9,6 +9,7 @@
 
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/gemv.h"
+#include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -164,6 +165,105 @@ __global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t ro
   }
 }
 
+
+// ---- CPU-order matmul (gemv_exact.cuh) -----------------------------------------------------
+
+// Block = pl.rb consecutive output rows x one tile of R activation rows (blockIdx.y). Grouped
+// rows (group_rows > 0): output row o reads the activation row from element
+// (o / group_rows) * n_in on (the activation row is groups * n_in long: aq.n / x_stride).
+template <class F, int R>
+__global__ void __launch_bounds__(kThreads) k_xmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                      ActQ aq, int64_t rows, int64_t r_first, float* y,
+                                                      int64_t y_stride, QPlan pl, int64_t group_rows) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const uint2* grid = setup_grid<F>(smem);
+  uint8_t* stage = smem + grid_smem_bytes<F>();
+  float* csm = reinterpret_cast<float*>(stage + pl.rb * pl.slice);
+  const int csm_n = pl.rb * R * (pl.seg_blocks > 8 ? pl.seg_blocks : 8);
+  float* res = csm + csm_n;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * pl.rb;
+  const int nrows = static_cast<int>(n_out - o0 < pl.rb ? n_out - o0 : pl.rb);
+  const int64_t r0 = r_first + static_cast<int64_t>(blockIdx.y) * R;
+  const int nr = static_cast<int>(rows - r0 < R ? rows - r0 : R);
+  const int64_t col = group_rows > 0 ? (o0 / group_rows) * n_in : 0;
+  aq.qs += r0 * aq.n + col;
+  aq.d += (r0 * aq.n + col) / F::kActBE;
+  if constexpr (F::kQ8K) aq.bs += (r0 * aq.n + col) / 16;
+  cta_qdot<F, R>(w + o0 * row_stride, row_stride, n_in, nrows, aq, nr, pl, stage, csm, res, grid);
+  for (int t = threadIdx.x; t < nrows * R; t += blockDim.x) {
+    const int j = t / R, r = t % R;
+    if (r < nr) {
+      float v = res[t];
+      if constexpr (F::kPost != 1.0f) v = __fmul_rn(F::kPost, v);
+      y[(r0 + r) * y_stride + o0 + j] = v;
+    }
+  }
+}
+
+template <class F, int R>
+__global__ void __launch_bounds__(kThreads) k_xfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in,
+                                                       int64_t n_out, const float* x, int64_t x_stride, int64_t rows,
+                                                       int64_t r_first, float* y, int64_t y_stride, FPlan pl,
+                                                       int64_t group_rows) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* stage = reinterpret_cast<uint8_t*>(smem4);
+  float* res = reinterpret_cast<float*>(stage + pl.rb * pl.slice);
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * pl.rb;
+  const int nrows = static_cast<int>(n_out - o0 < pl.rb ? n_out - o0 : pl.rb);
+  const int64_t r0 = r_first + static_cast<int64_t>(blockIdx.y) * R;
+  const int nr = static_cast<int>(rows - r0 < R ? rows - r0 : R);
+  const int64_t col = group_rows > 0 ? (o0 / group_rows) * n_in : 0;
+  cta_fdot<F, R>(w + o0 * row_stride, row_stride, n_in, nrows, x + r0 * x_stride + col, x_stride, nr, pl, stage, res);
+  for (int t = threadIdx.x; t < nrows * R; t += blockDim.x) {
+    const int j = t / R, r = t % R;
+    if (r < nr) y[(r0 + r) * y_stride + o0 + j] = res[t];
+  }
+}
+
+int tile_rows_exact(int64_t rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
+
+template <class F>
+void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_stride, int64_t rows, float* y,
+                    int64_t y_stride, int64_t group_rows, cudaStream_t s) {
+  const int R = tile_rows_exact(rows);
+  auto go = [&](auto rtag) {
+    constexpr int RR = decltype(rtag)::value;
+    const int64_t tiles = (rows + RR - 1) / RR;
+    constexpr int64_t kMaxY = 65535;
+    if constexpr (F::kFloat) {
+      const FPlan pl = plan_f<F>(w.n_in, w.n_out, group_rows);
+      if (pl.smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for rows of {}", pl.smem, w.n_in);
+      const int64_t gx = (w.n_out + pl.rb - 1) / pl.rb;
+      if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
+      for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
+        const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
+        k_xfmatmul<F, RR><<<grid, kThreads, pl.smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows,
+                                                          t0 * RR, y, y_stride, pl, group_rows);
+        check_launch("gemv matmul (float weights, CPU order)");
+      }
+    } else {
+      const QPlan pl = plan_q<F, RR>(w.n_in, w.n_out, group_rows);
+      if (pl.smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for rows of {}", pl.smem, w.n_in);
+      const int64_t gx = (w.n_out + pl.rb - 1) / pl.rb;
+      if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
+      for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
+        const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
+        k_xmatmul<F, RR><<<grid, kThreads, pl.smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, rows, t0 * RR, y,
+                                                         y_stride, pl, group_rows);
+        check_launch("gemv matmul (CPU order)");
+      }
+    }
+  };
+  switch (R) {
+    case 1: go(std::integral_constant<int, 1>{}); break;
+    case 2: go(std::integral_constant<int, 2>{}); break;
+    case 4: go(std::integral_constant<int, 4>{}); break;
+    case 8: go(std::integral_constant<int, 8>{}); break;
+    default: go(std::integral_constant<int, 16>{}); break;
+  }
+}
+
 int tile_rows(int64_t rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
 
 template <class F, bool FA>
@@ -301,20 +401,37 @@ bool gemv_supports(GgmlType type) {
 
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
             bool float_acts, cudaStream_t stream) {
+  matmul_grouped(w, 1, x, rows, y, x_stride, y_stride, float_acts, stream);
+}
+
+void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
+                    int64_t y_stride, bool float_acts, cudaStream_t stream) {
   if (rows < 0) fail("CUDA matmul: negative row count {}", rows);
   check_matrix(w, "matmul");
+  if (groups < 1 || w.n_out % groups != 0)
+    fail("CUDA matmul: {} rows do not split into {} groups", w.n_out, groups);
   if (rows == 0 || w.n_out == 0) return;
   if (!x || !y) fail("CUDA matmul: null activation or output pointer");
-  if (x_stride == 0) x_stride = w.n_in;
+  const int64_t x_len = groups * w.n_in;  // one activation row
+  if (x_stride == 0) x_stride = x_len;
   if (y_stride == 0) y_stride = w.n_out;
-  if (x_stride < w.n_in) fail("CUDA matmul: x stride {} is shorter than a row of {}", x_stride, w.n_in);
+  if (x_stride < x_len) fail("CUDA matmul: x stride {} is shorter than a row of {}", x_stride, x_len);
   if (y_stride < w.n_out) fail("CUDA matmul: y stride {} is shorter than a row of {}", y_stride, w.n_out);
+  const int64_t group_rows = groups > 1 ? w.n_out / groups : 0;
   if (w.type == GgmlType::IQ2_XXS) upload_iq2_grid();
+  if (float_acts && groups > 1) {  // the float_acts kernels know no groups: one launch per group
+    const int64_t gr = w.n_out / groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      const DevMatrix wg{w.type, w.data + static_cast<size_t>(g * gr) * w.row_stride, w.n_in, gr, w.row_stride};
+      matmul_grouped(wg, 1, x + g * w.n_in, rows, y + g * gr, x_stride, y_stride, true, stream);
+    }
+    return;
+  }
   const ActF af{x, x_stride};
   switch (w.type) {
-    case GgmlType::F32: launch_matmul<FmtF32, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
-    case GgmlType::F16: launch_matmul<FmtF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
-    case GgmlType::BF16: launch_matmul<FmtBF16, false>(w, ActQ{}, af, rows, y, y_stride, stream); return;
+    case GgmlType::F32: launch_xmatmul<FmtF32>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
+    case GgmlType::F16: launch_xmatmul<FmtF16>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
+    case GgmlType::BF16: launch_xmatmul<FmtBF16>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
     default: break;
   }
   auto run = [&](auto fmt) {
@@ -324,9 +441,11 @@ void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t 
       return;
     }
     const GgmlType at = quant::vec_dot_type(w.type);
-    Scratch buf(act_bytes(at, rows, w.n_in), stream);
-    const ActQ aq = quantize_acts(at, x, rows, w.n_in, x_stride, buf.get(), stream);
-    launch_matmul<F, false>(w, aq, af, rows, y, y_stride, stream);
+    if (x_len % traits(at).block_elems != 0)
+      fail("CUDA matmul: activation row of {} is not a whole number of {} blocks", x_len, traits(at).name);
+    Scratch buf(act_bytes(at, rows, x_len), stream);
+    const ActQ aq = quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
+    launch_xmatmul<F>(w, aq, x, x_stride, rows, y, y_stride, group_rows, stream);
   };
   switch (w.type) {
     case GgmlType::Q8_0: run(FmtQ8_0{}); return;

@@ -39,6 +39,12 @@ bool gemv_supports(GgmlType type);
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
             bool float_acts, cudaStream_t stream);
 
+// Grouped rows: W's n_out rows split into `groups` equal groups; output row o of group g reads
+// elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in long), i.e. group g's
+// slice (compute::Backend::matmul_grouped). groups = 1 is matmul.
+void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
+                    int64_t y_stride, bool float_acts, cudaStream_t stream);
+
 // Routed experts (compute::Backend::moe_experts): for each token t < rows and slot i < k,
 // e = experts[t*k+i], h = silu(min(g,limit)) * clamp(u,-limit,limit) * weights[t*k+i] with
 // g = gate_e . x[t], u = up_e . x[t] (limit <= 0: no clamp); out = down_e . h; y[t] = sum over

@@ -378,12 +378,14 @@ struct FmtFloat {
   static constexpr float kPost = 1.0f;
 };
 struct FmtF32 : FmtFloat<4> {
+  __device__ static float selem(const uint8_t* row, int e) { return reinterpret_cast<const float*>(row)[e]; }
   __device__ static float elem(const uint8_t* row, int64_t e) { return __ldg(reinterpret_cast<const float*>(row) + e); }
   __device__ static void chunk(const uint4& v, float (&f)[4]) {
     f[0] = __uint_as_float(v.x), f[1] = __uint_as_float(v.y), f[2] = __uint_as_float(v.z), f[3] = __uint_as_float(v.w);
   }
 };
 struct FmtF16 : FmtFloat<2> {
+  __device__ static float selem(const uint8_t* row, int e) { return h2f(reinterpret_cast<const uint16_t*>(row)[e]); }
   __device__ static float elem(const uint8_t* row, int64_t e) { return h2f(__ldg(reinterpret_cast<const uint16_t*>(row) + e)); }
   __device__ static void chunk(const uint4& v, float (&f)[8]) {
     const uint32_t u[4] = {v.x, v.y, v.z, v.w};
@@ -392,6 +394,7 @@ struct FmtF16 : FmtFloat<2> {
   }
 };
 struct FmtBF16 : FmtFloat<2> {
+  __device__ static float selem(const uint8_t* row, int e) { return bf2f(reinterpret_cast<const uint16_t*>(row)[e]); }
   __device__ static float elem(const uint8_t* row, int64_t e) { return bf2f(__ldg(reinterpret_cast<const uint16_t*>(row) + e)); }
   __device__ static void chunk(const uint4& v, float (&f)[8]) {
     const uint32_t u[4] = {v.x, v.y, v.z, v.w};

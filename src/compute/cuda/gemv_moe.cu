@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "compute/cuda/gemv.h"
+#include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -171,6 +172,156 @@ void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* expert
   }
 }
 
+
+// ---- CPU-order routed experts (gemv_exact.cuh) ---------------------------------------------
+
+// One plan for either kind of weight format.
+struct XPlan {
+  QPlan q;
+  FPlan f;
+  int rb = 1;
+  size_t smem = 0;
+};
+
+template <class F>
+XPlan plan_x(int64_t n_in, int64_t n_out) {
+  XPlan x;
+  if constexpr (F::kFloat) {
+    x.f = plan_f<F>(n_in, n_out, 0);
+    x.rb = x.f.rb, x.smem = x.f.smem;
+  } else {
+    x.q = plan_q<F, 1>(n_in, n_out, 0);
+    x.rb = x.q.rb, x.smem = x.q.smem;
+  }
+  if (x.smem > 48 * 1024) fail("CUDA moe_experts: {} bytes of shared memory for rows of {}", x.smem, n_in);
+  return x;
+}
+
+// res[j] = vec_dot of row j (of nrows at w) with activation row `row` (quantized view, or f32
+// rows of `x_len` floats), F::kPost applied. Every thread calls it; ends synchronized.
+template <class F>
+__device__ void cta_dot1(const uint8_t* w, size_t row_stride, int64_t n_in, int nrows, ActQ aq, const float* xf,
+                         int64_t row, const XPlan& pl, uint8_t* smem, float* res_out) {
+  if constexpr (F::kFloat) {
+    uint8_t* stage = smem;
+    float* res = reinterpret_cast<float*>(stage + pl.f.rb * pl.f.slice);
+    cta_fdot<F, 1>(w, row_stride, n_in, nrows, xf + row * n_in, n_in, 1, pl.f, stage, res);
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) res_out[t] = res[t];
+  } else {
+    const uint2* grid = setup_grid<F>(smem);
+    uint8_t* stage = smem + grid_smem_bytes<F>();
+    float* csm = reinterpret_cast<float*>(stage + pl.q.rb * pl.q.slice);
+    float* res = csm + pl.q.rb * (pl.q.seg_blocks > 8 ? pl.q.seg_blocks : 8);
+    aq.qs += row * aq.n;
+    aq.d += row * (aq.n / F::kActBE);
+    if constexpr (F::kQ8K) aq.bs += row * (aq.n / 16);
+    cta_qdot<F, 1>(w, row_stride, n_in, nrows, aq, 1, pl.q, stage, csm, res, grid);
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) {
+      float v = res[t];
+      if constexpr (F::kPost != 1.0f) v = __fmul_rn(F::kPost, v);
+      res_out[t] = v;
+    }
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ float expf_cpu(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
+
+// blockIdx.y = pair p0 + y; block = pl.rb rows of gate and up. h[p][o] is the CPU's
+// swiglu(gate . x, up . x) * weight, bit for bit (glibc expf: see cuda_util.cuh expf_ref).
+template <class F>
+__global__ void __launch_bounds__(kThreads) k_xmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff,
+                                                           int64_t n_expert, ActQ aq, const float* xf,
+                                                           const int32_t* experts, const float* weights, int64_t k,
+                                                           int64_t p0, float limit, float* h, XPlan pl) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  __shared__ float gv_sh[kMaxChains], uv_sh[kMaxChains];
+  const int64_t p = p0 + blockIdx.y;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * pl.rb;
+  const int nrows = static_cast<int>(n_ff - o0 < pl.rb ? n_ff - o0 : pl.rb);
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {  // uniform over the block: the kernel cannot throw
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) h[p * n_ff + o0 + t] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int64_t t = p / k;
+  cta_dot1<F>(gate.data + e * gate.expert_stride + o0 * gate.row_stride, gate.row_stride, n_in, nrows, aq, xf, t, pl,
+              smem, gv_sh);
+  cta_dot1<F>(up.data + e * up.expert_stride + o0 * up.row_stride, up.row_stride, n_in, nrows, aq, xf, t, pl, smem,
+              uv_sh);
+  const float wt = weights[p];
+  for (int j = threadIdx.x; j < nrows; j += blockDim.x) {
+    float gv = gv_sh[j], uv = uv_sh[j];
+    if (limit > 0.0f) {
+      gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
+      uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
+    }
+    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
+    h[p * n_ff + o0 + j] = __fmul_rn(__fmul_rn(silu, uv), wt);
+  }
+}
+
+// blockIdx.y = pair p0 + y; out[p][o] = down_e . h[p].
+template <class F>
+__global__ void __launch_bounds__(kThreads) k_xmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
+                                                        ActQ hq, const float* hf, const int32_t* experts, int64_t p0,
+                                                        float* out, XPlan pl) {
+  extern __shared__ uint4 smem4[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  __shared__ float res[kMaxChains];
+  const int64_t p = p0 + blockIdx.y;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * pl.rb;
+  const int nrows = static_cast<int>(n_embd - o0 < pl.rb ? n_embd - o0 : pl.rb);
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {
+    for (int t = threadIdx.x; t < nrows; t += blockDim.x) out[p * n_embd + o0 + t] = __int_as_float(0x7fc00000);
+    return;
+  }
+  cta_dot1<F>(down.data + e * down.expert_stride + o0 * down.row_stride, down.row_stride, n_ff, nrows, hq, hf, p, pl,
+              smem, res);
+  for (int j = threadIdx.x; j < nrows; j += blockDim.x) out[p * n_embd + o0 + j] = res[j];
+}
+
+// y[t][o] = 0 + out[t*k][o] + out[t*k+1][o] + ... in slot order (the CPU's sum).
+__global__ void k_moe_slot_sum(const float* out, int64_t rows, int64_t k, int64_t n_embd, float* y) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * n_embd) return;
+  const int64_t t = i / n_embd, o = i % n_embd;
+  float acc = 0.0f;
+  for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, out[(t * k + s) * n_embd + o]);
+  y[i] = acc;
+}
+
+template <class F>
+void launch_xgate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, const float* xf, const int32_t* experts,
+                     const float* weights, int64_t pairs, int64_t k, float limit, float* h, cudaStream_t s) {
+  const XPlan pl = plan_x<F>(gate.first.n_in, gate.first.n_out);
+  const int64_t gx = (gate.first.n_out + pl.rb - 1) / pl.rb;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+    k_xmoe_gate_up<F><<<grid, kThreads, pl.smem, s>>>(expert_args(gate), expert_args(up), gate.first.n_in,
+                                                      gate.first.n_out, gate.n_expert, aq, xf, experts, weights, k, p0,
+                                                      limit, h, pl);
+    check_launch("moe_experts gate/up (CPU order)");
+  }
+}
+
+template <class F>
+void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_t* experts, int64_t pairs, float* out,
+                  cudaStream_t s) {
+  const XPlan pl = plan_x<F>(down.first.n_in, down.first.n_out);
+  const int64_t gx = (down.first.n_out + pl.rb - 1) / pl.rb;
+  constexpr int64_t kMaxY = 65535;
+  for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+    const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+    k_xmoe_down<F><<<grid, kThreads, pl.smem, s>>>(expert_args(down), down.first.n_in, down.first.n_out, down.n_expert,
+                                                   hq, hf, experts, p0, out, pl);
+    check_launch("moe_experts down (CPU order)");
+  }
+}
+
 // Calls fn(F{}) for the format of `type`.
 template <class Fn>
 void with_format(GgmlType type, Fn&& fn) {
@@ -225,39 +376,46 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
   Scratch hbuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_ff) * sizeof(float), stream);
   float* h = static_cast<float*>(hbuf.get());
 
+  if (float_acts) {  // decoded weights against f32 activations: the per-format float kernels
+    with_format(gate.first.type, [&](auto fmt) {
+      using F = decltype(fmt);
+      launch_gate_up<F, !F::kFloat>(gate, up, ActQ{}, ActF{x, n_embd}, experts, weights, pairs, k, limit, h, stream);
+    });
+    with_format(down.first.type, [&](auto fmt) {
+      using F = decltype(fmt);
+      launch_down<F, !F::kFloat>(down, ActQ{}, ActF{h, n_ff}, experts, rows, k, y, stream);
+    });
+    return;
+  }
+
   with_format(gate.first.type, [&](auto fmt) {
     using F = decltype(fmt);
-    const ActF af{x, n_embd};
     if constexpr (F::kFloat) {
-      launch_gate_up<F, false>(gate, up, ActQ{}, af, experts, weights, pairs, k, limit, h, stream);
+      launch_xgate_up<F>(gate, up, ActQ{}, x, experts, weights, pairs, k, limit, h, stream);
     } else {
-      if (float_acts) {
-        launch_gate_up<F, true>(gate, up, ActQ{}, af, experts, weights, pairs, k, limit, h, stream);
-      } else {
-        const GgmlType at = quant::vec_dot_type(gate.first.type);
-        Scratch xq(act_bytes(at, rows, n_embd), stream);
-        const ActQ aq = quantize_acts(at, x, rows, n_embd, n_embd, xq.get(), stream);
-        launch_gate_up<F, false>(gate, up, aq, af, experts, weights, pairs, k, limit, h, stream);
-      }
+      const GgmlType at = quant::vec_dot_type(gate.first.type);
+      Scratch xq(act_bytes(at, rows, n_embd), stream);
+      const ActQ aq = quantize_acts(at, x, rows, n_embd, n_embd, xq.get(), stream);
+      launch_xgate_up<F>(gate, up, aq, x, experts, weights, pairs, k, limit, h, stream);
     }
   });
 
+  Scratch obuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_embd) * sizeof(float), stream);
+  float* out = static_cast<float*>(obuf.get());
   with_format(down.first.type, [&](auto fmt) {
     using F = decltype(fmt);
-    const ActF hf{h, n_ff};
     if constexpr (F::kFloat) {
-      launch_down<F, false>(down, ActQ{}, hf, experts, rows, k, y, stream);
+      launch_xdown<F>(down, ActQ{}, h, experts, pairs, out, stream);
     } else {
-      if (float_acts) {
-        launch_down<F, true>(down, ActQ{}, hf, experts, rows, k, y, stream);
-      } else {
-        const GgmlType at = quant::vec_dot_type(down.first.type);
-        Scratch hq(act_bytes(at, pairs, n_ff), stream);
-        const ActQ aq = quantize_acts(at, h, pairs, n_ff, n_ff, hq.get(), stream);
-        launch_down<F, false>(down, aq, hf, experts, rows, k, y, stream);
-      }
+      const GgmlType at = quant::vec_dot_type(down.first.type);
+      Scratch hq(act_bytes(at, pairs, n_ff), stream);
+      const ActQ aq = quantize_acts(at, h, pairs, n_ff, n_ff, hq.get(), stream);
+      launch_xdown<F>(down, aq, h, experts, pairs, out, stream);
     }
   });
+  const int64_t n_out = rows * n_embd;
+  k_moe_slot_sum<<<static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream>>>(out, rows, k, n_embd, y);
+  check_launch("moe_experts slot sum");
 }
 
 }  // namespace ds4::cuda

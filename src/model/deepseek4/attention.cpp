@@ -125,8 +125,10 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   // Grouped low-rank output: group g maps its heads' concatenation to o_lora_rank values.
   const int64_t G = hp_.o_groups, rank = hp_.o_lora_rank, group_in = nh / G * hd;
   FBuf low = buf(n_ * G * rank);
-  for (int64_t g = 0; g < G; ++g)
-    be_.matmul(L.out_a.rows(g * rank, rank), heads.data() + g * group_in, n_, low.data() + g * rank, nh * hd, G * rank);
+  if (L.out_a.n_out != G * rank || L.out_a.n_in != group_in)
+    fail("deepseek4: layer {} output projection is {} x {}, expected {} x {}", il, L.out_a.n_out, L.out_a.n_in,
+         G * rank, group_in);
+  be_.matmul_grouped(L.out_a, G, heads.data(), n_, low.data(), nh * hd, G * rank);
   FBuf out = project(L.out_b, low, n_);
   hc_post(mix, out, X, Xout);
 }
