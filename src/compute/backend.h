@@ -223,6 +223,54 @@ class Backend {
   virtual void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                            const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                            float* y) = 0;
+
+  // ---- ops of the qwen35moe family (Gated DeltaNet + gated full attention + softmax MoE) -----
+  // The CPU backend implements them (cpu/cpu_qwen_ops.cpp). The defaults below throw
+  // ds4::Error "op X is not implemented on the <name> backend", so a backend that lacks one
+  // fails loudly instead of computing garbage (backend_qwen_ops.cpp).
+
+  // Strided row copy: y[r*y_stride + i] = x[r*x_stride + i] for r < rows, i < n.
+  virtual void copy_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t n);
+  // NeoX-style RoPE on the first 2*|freqs| dims of every head: the pair (i, i + |freqs|) of head
+  // h of row r is rotated by theta_i = (pos0 + r) * freqs[i] (angle formed in double); the other
+  // dims pass. x: rows x [n_heads][head_dim]. freqs is host memory that outlives the backend.
+  virtual void rope_neox(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                         int64_t pos0);
+  // y[i] *= 1 / (1 + exp(-g[i])), i < n.
+  virtual void mul_sigmoid(float* y, const float* g, int64_t n);
+  // x[i] = 1 / (1 + exp(-x[i])), i < n.
+  virtual void sigmoid(float* x, int64_t n);
+  // Causal multi-head attention with grouped KV heads, no sinks. Query row r (position pos0+r)
+  // attends to cache positions 0..pos0+r. q, out: rows x [n_heads][head_dim]; k_cache, v_cache:
+  // positions x [n_kv_heads][head_dim]; query head h uses KV head h / (n_heads / n_kv_heads).
+  // Per head: o = sum_p softmax_p(scale * q . k_p) v_p.
+  virtual void attention_causal(const float* q, int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                                const float* k_cache, const float* v_cache, int64_t pos0, float scale, float* out);
+  // Softmax router: p = softmax(logits[t]) over n_expert; experts[t] = the k largest p in
+  // descending order (equal: lower id first); weights[t][i] = p_i / sum of the k chosen (norm)
+  // or p_i. logits: rows x n_expert; experts, weights: rows x k.
+  virtual void moe_route_softmax(const float* logits, int64_t rows, int64_t n_expert, int64_t k, bool norm,
+                                 int32_t* experts, float* weights);
+  // Short causal depthwise convolution + SiLU, token by token over rows, carrying the last
+  // kernel-1 inputs in conv_state ((kernel-1) x channels, oldest first; updated in place):
+  // y[t][c] = silu(sum_{j<kernel} w[c][j] * x_{t-kernel+1+j}[c]). w: channels x kernel (weight).
+  virtual void conv1d_silu(const float* x, int64_t rows, int64_t channels, int64_t kernel, const float* w,
+                           float* conv_state, float* y);
+  // DeltaNet gates per row r and value head h: g = ssm_a[h] * softplus(a[r][h] + dt_bias[h])
+  // (ssm_a = -exp(A_log), a weight), beta = sigmoid(b[r][h]). a, b, g, beta: rows x n_heads.
+  virtual void gdn_gates(const float* a, const float* b, const float* dt_bias, const float* ssm_a, int64_t rows,
+                         int64_t n_heads, float* g, float* beta);
+  // Gated delta rule, token by token. Row r of qkv holds [q: n_k_heads x dk | k: n_k_heads x dk |
+  // v: n_v_heads x dv]; value head h reads key head h % n_k_heads (llama.cpp's tiled order).
+  // q and k are L2-normalised (x / sqrt(sum x^2 + l2_eps)), q scaled by 1/sqrt(dk); then with
+  // the state S_h (dv rows of dk: S_h[j][i] couples value j and key i):
+  //   S *= exp(g[r][h]);  d_j = beta[r][h] * (v_j - S[j] . k);  S[j] += d_j k;  out[r][h][j] = S[j] . q
+  // state: n_v_heads x dv x dk (updated in place); out: rows x [n_v_heads][dv].
+  virtual void gated_delta_rule(const float* qkv, const float* g, const float* beta, int64_t rows, int64_t n_k_heads,
+                                int64_t n_v_heads, int64_t dk, int64_t dv, float l2_eps, float* state, float* out);
+
+ protected:
+  [[noreturn]] void not_implemented(const char* op) const;
 };
 
 // Typed backend memory owned by a Backend (RAII; movable).

@@ -17,6 +17,7 @@
 #include "convert/hf_config.h"
 #include "convert/hf_names.h"
 #include "convert/metadata.h"
+#include "convert/qwen35moe_convert.h"
 #include "convert/row_encode.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
@@ -121,6 +122,7 @@ ConvertReport convert_hf(const ConvertOptions& o) {
   };
   const fs::path dir(o.hf_dir);
   if (!fs::is_directory(dir)) fail("{}: not a directory", o.hf_dir);
+  if (is_qwen35moe_config((dir / "config.json").string())) return convert_qwen35moe(o);
   ModelShape shape = read_hf_config((dir / "config.json").string());
   if (shape.name.empty()) shape.name = dir.filename().string();
   std::vector<TensorPlan> plan = plan_tensors(shape, o.recipe);

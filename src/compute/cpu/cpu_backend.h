@@ -1,6 +1,7 @@
 #pragma once
-// Internal: the CPU backend's class, shared by its two source files (cpu_backend.cpp: memory
-// and elementwise/linear-algebra ops; cpu_model_ops.cpp: attention, compressor, router, MoE).
+// Internal: the CPU backend's class, shared by its source files (cpu_backend.cpp: memory
+// and elementwise/linear-algebra ops; cpu_model_ops.cpp: attention, compressor, router, MoE;
+// cpu_qwen_ops.cpp: the qwen35moe ops).
 #include <functional>
 #include <vector>
 
@@ -52,6 +53,23 @@ class CpuBackend final : public Backend {
   void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;
+
+  // qwen35moe ops (cpu_qwen_ops.cpp)
+  void copy_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t n) override;
+  void rope_neox(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                 int64_t pos0) override;
+  void mul_sigmoid(float* y, const float* g, int64_t n) override;
+  void sigmoid(float* x, int64_t n) override;
+  void attention_causal(const float* q, int64_t rows, int64_t n_heads, int64_t n_kv_heads, int64_t head_dim,
+                        const float* k_cache, const float* v_cache, int64_t pos0, float scale, float* out) override;
+  void moe_route_softmax(const float* logits, int64_t rows, int64_t n_expert, int64_t k, bool norm, int32_t* experts,
+                         float* weights) override;
+  void conv1d_silu(const float* x, int64_t rows, int64_t channels, int64_t kernel, const float* w, float* conv_state,
+                   float* y) override;
+  void gdn_gates(const float* a, const float* b, const float* dt_bias, const float* ssm_a, int64_t rows,
+                 int64_t n_heads, float* g, float* beta) override;
+  void gated_delta_rule(const float* qkv, const float* g, const float* beta, int64_t rows, int64_t n_k_heads,
+                        int64_t n_v_heads, int64_t dk, int64_t dv, float l2_eps, float* state, float* out) override;
 
  private:
   void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

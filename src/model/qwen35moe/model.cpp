@@ -1,0 +1,61 @@
+// Model: load, validation, and the entry point that runs Forward over a batch in chunks.
+#include "model/qwen35moe/model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "model/qwen35moe/forward.h"
+
+namespace ds4::model::qwen35moe {
+
+Model::Model(gguf::File file, Options opt) : file_(std::move(file)), opt_(opt) {
+  hp_ = HParams::from_gguf(file_);
+  w_ = Weights::bind(file_, hp_);
+  // theta_i = pos * base^(-2i / n_rot), i < n_rot / 2 (formed in double).
+  for (int64_t i = 0; i < hp_.n_rot / 2; ++i)
+    freqs_.push_back(std::pow(hp_.rope_base, -2.0 * static_cast<double>(i) / static_cast<double>(hp_.n_rot)));
+}
+
+std::unique_ptr<Model> Model::load(const std::string& path, Options opt) { return from_file(gguf::File::open(path), opt); }
+
+std::unique_ptr<Model> Model::from_file(gguf::File file, Options opt) {
+  return std::unique_ptr<Model>(new Model(std::move(file), opt));
+}
+
+void Model::register_weights(compute::Backend& be) const {
+  const uint8_t* lo = nullptr;
+  const uint8_t* hi = nullptr;
+  for (const auto& t : file_.tensors()) {
+    if (!t.data) continue;
+    if (!lo || t.data < lo) lo = t.data;
+    if (!hi || t.data + t.n_bytes > hi) hi = t.data + t.n_bytes;
+  }
+  if (lo) be.register_weights(lo, static_cast<size_t>(hi - lo), file_.path());
+  size_t i = 0;
+  for (const auto& v : w_.widened())
+    be.register_weights(v.data(), v.size() * sizeof(float), fmt::format("widened vector {}", i++));
+}
+
+void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const {
+  if (tokens.empty()) return;
+  if (state.backend != &be) fail("qwen35moe: the session state belongs to another backend");
+  if (state.layers.size() != static_cast<size_t>(hp_.n_layer))
+    fail("qwen35moe: session state has {} layers, the model {}", state.layers.size(), hp_.n_layer);
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab)
+      fail("qwen35moe: token {} (index {} of the batch) is outside the vocabulary [0, {})", tokens[i], i, hp_.n_vocab);
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (state.n_pos + n > state.n_ctx)
+    fail("qwen35moe: {} tokens at position {} do not fit the state's {} positions", n, state.n_pos, state.n_ctx);
+  const int64_t step = std::max<int64_t>(1, opt_.max_batch);
+  for (int64_t at = 0; at < n; at += step) {
+    const int64_t len = std::min(step, n - at);
+    Forward(*this, be, state, tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(len)))
+        .run(logits_all ? logits_all + at * hp_.n_vocab : nullptr, at + len == n);
+  }
+}
+
+}  // namespace ds4::model::qwen35moe
