@@ -25,6 +25,8 @@ void unmark(CompressorState& cs, const CompressorMark& m, size_t il, const char*
 uint64_t Checkpoint::bytes() const {
   uint64_t n = logits.size();
   for (const auto& r : raw) n += r.size();
+  for (const auto* v : {&conv, &ssm})
+    for (const auto& x : *v) n += x.size();
   for (const auto* v : {&attn, &index})
     for (const auto& m : *v) n += m.kv.size() + m.score.size();
   return n * sizeof(float);
@@ -69,6 +71,37 @@ uint64_t checkpoint_bytes(const model::deepseek4::HParams& hp) {
     if (R == 4) floats += 2 * static_cast<uint64_t>(2 * R * 2 * hp.indexer_head_dim);
   }
   return floats * sizeof(float);
+}
+
+Checkpoint take_checkpoint(const model::qwen35moe::State& st) {
+  Checkpoint cp;
+  cp.n_pos = st.n_pos;
+  cp.logits = st.logits;
+  for (const auto& L : st.layers) {
+    cp.conv.push_back(L.conv.size() ? L.conv.to_host() : std::vector<float>{});
+    cp.ssm.push_back(L.ssm.size() ? L.ssm.to_host() : std::vector<float>{});
+  }
+  return cp;
+}
+
+void restore_checkpoint(model::qwen35moe::State& st, const Checkpoint& cp) {
+  if (st.layers.size() != cp.conv.size() || st.n_pos < cp.n_pos || st.tokens.size() != static_cast<size_t>(st.n_pos))
+    fail("session checkpoint at position {} does not fit a qwen35moe state at position {} with {} layers", cp.n_pos,
+         st.n_pos, st.layers.size());
+  for (size_t il = 0; il < st.layers.size(); ++il) {
+    auto& L = st.layers[il];
+    if (L.conv.size() != cp.conv[il].size() || L.ssm.size() != cp.ssm[il].size())
+      fail("session checkpoint: layer {} recurrent state size differs", il);
+    if (L.conv.size()) L.conv.from_host(cp.conv[il]);
+    if (L.ssm.size()) L.ssm.from_host(cp.ssm[il]);
+  }
+  st.n_pos = cp.n_pos;
+  st.tokens.resize(static_cast<size_t>(cp.n_pos));
+  st.logits = cp.logits;
+}
+
+uint64_t checkpoint_bytes(const model::qwen35moe::HParams& hp) {
+  return (static_cast<uint64_t>(hp.n_vocab) + model::qwen35moe::State::recurrent_floats(hp)) * sizeof(float);
 }
 
 }  // namespace ds4::session

@@ -101,6 +101,57 @@ MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, i
   return p;
 }
 
+MemoryPlan make_plan(const gguf::File& f, const model::qwen35moe::HParams& hp, int64_t n_ctx) {
+  MemoryPlan p;
+  p.file_bytes = f.file_size();
+  for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
+  p.n_ctx = n_ctx;
+  // Fixed: logits + every DeltaNet layer's conv history and recurrent state. Per token: the
+  // token id and K + V rows of every full-attention layer.
+  const uint64_t fixed = static_cast<uint64_t>(hp.n_vocab) + model::qwen35moe::State::recurrent_floats(hp);
+  const uint64_t per_token = 1 + 2 * static_cast<uint64_t>(hp.n_full() * hp.n_head_kv * hp.head_dim);
+  p.state_fixed_bytes = fixed * sizeof(float);
+  p.state_bytes_per_token = per_token * sizeof(float);
+  p.state_bytes_at_ctx = p.state_fixed_bytes + p.state_bytes_per_token * static_cast<uint64_t>(n_ctx);
+  p.checkpoint_bytes = session::checkpoint_bytes(hp);
+  return p;
+}
+
+// The DeepSeek V4 part of Engine::open (expert streaming, act_quant_sim).
+void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions& o) {
+  Engine::Impl* impl = &impl_ref;
+  EngineInfo& in = impl->info;
+  model::deepseek4::Options mo;
+  mo.act_quant_sim = o.act_quant_sim;
+  mo.max_batch = o.max_batch;
+  // from_file takes the File; the plan needs its tensor table first.
+  const auto hp_preview = model::deepseek4::HParams::from_gguf(file);
+  in.n_ctx_train = hp_preview.context_length;
+  in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
+  impl->plan = make_plan(file, hp_preview, in.n_ctx);
+  stream::StreamingRequest sr;
+  sr.enable = o.ssd_streaming;
+  sr.cache_host = o.expert_cache_host;
+  sr.policy = o.expert_cache_policy;
+  sr.io = o.expert_io;
+  sr.prefetch_hash = o.expert_prefetch_hash;
+  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
+  sr.protect = o.expert_protect;
+  sr.packed_path = o.packed_experts;
+  sr.trace_path = o.trace_routing;
+  stream::StreamingSetup ss = stream::setup_streaming(file, sr);
+  if (ss.provider && o.backend != "cpu")
+    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
+  impl->experts = std::move(ss.provider);
+  impl->plan.expert_streaming = ss.describe;
+  mo.experts = impl->experts.get();
+  impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
+
+  const auto& hp = impl->model->hparams();
+  in.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  in.n_layer = hp.n_layer;
+}
+
 }  // namespace
 
 std::string MemoryPlan::describe() const {
@@ -135,44 +186,34 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   in.architecture = file.get_string("general.architecture").value_or("");
   in.model_name = file.get_string("general.name").value_or(std::filesystem::path(o.model_path).filename().string());
   in.model_id = fmt::format("{:016x}", impl->model_hash);
-  model::deepseek4::Options mo;
-  mo.act_quant_sim = o.act_quant_sim;
-  mo.max_batch = o.max_batch;
-  // from_file takes the File; the plan needs its tensor table first.
-  const auto hp_preview = model::deepseek4::HParams::from_gguf(file);
-  in.n_ctx_train = hp_preview.context_length;
-  in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
-  impl->plan = make_plan(file, hp_preview, in.n_ctx);
-  stream::StreamingRequest sr;
-  sr.enable = o.ssd_streaming;
-  sr.cache_host = o.expert_cache_host;
-  sr.policy = o.expert_cache_policy;
-  sr.io = o.expert_io;
-  sr.prefetch_hash = o.expert_prefetch_hash;
-  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
-  sr.protect = o.expert_protect;
-  sr.packed_path = o.packed_experts;
-  sr.trace_path = o.trace_routing;
-  stream::StreamingSetup ss = stream::setup_streaming(file, sr);
-  if (ss.provider && o.backend != "cpu")
-    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
-  impl->experts = std::move(ss.provider);
-  impl->plan.expert_streaming = ss.describe;
-  mo.experts = impl->experts.get();
-  impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
-
-  const auto& hp = impl->model->hparams();
-  in.n_vocab = static_cast<int32_t>(hp.n_vocab);
-  in.n_layer = hp.n_layer;
+  if (in.architecture == model::qwen35moe::kArch) {
+    if (o.backend != "cpu")
+      fail("{}: qwen35moe runs on the CPU backend only so far (backend '{}')", o.model_path, o.backend);
+    if (o.ssd_streaming) fail("{}: expert streaming is not available for qwen35moe yet", o.model_path);
+    const auto hp_preview = model::qwen35moe::HParams::from_gguf(file);
+    in.n_ctx_train = hp_preview.context_length;
+    in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
+    model::qwen35moe::Options qo;
+    qo.max_batch = o.max_batch;
+    impl->qwen = model::qwen35moe::Model::from_file(std::move(file), qo);
+    const auto& hp = impl->qwen->hparams();
+    impl->plan = make_plan(impl->qwen->file(), hp, in.n_ctx);
+    in.n_vocab = static_cast<int32_t>(hp.n_vocab);
+    in.n_layer = hp.n_layer;
+  } else {
+    open_deepseek4(*impl, std::move(file), o);
+  }
   in.has_tokenizer = impl->tokenizer.has_value();
   if (impl->tokenizer) {
     const Tokenizer& t = *impl->tokenizer;
-    if (t.n_vocab() > hp.n_vocab)
-      fail("{}: tokenizer has {} tokens but the model only {} logits", o.model_path, t.n_vocab(), hp.n_vocab);
+    if (t.n_vocab() > in.n_vocab)
+      fail("{}: tokenizer has {} tokens but the model only {} logits", o.model_path, t.n_vocab(), in.n_vocab);
     in.bos_id = t.bos_id();
     in.eos_id = t.eos_id();
     if (in.eos_id) in.stop_ids.push_back(*in.eos_id);
-    if (auto u = t.find_token("<｜User｜>"); u && (!in.eos_id || *u != *in.eos_id)) in.stop_ids.push_back(*u);
+    // The end-of-turn marker of each family's chat format also stops generation.
+    for (const char* marker : {"<｜User｜>", "<|im_end|>"})
+      if (auto u = t.find_token(marker); u && (!in.eos_id || *u != *in.eos_id)) in.stop_ids.push_back(*u);
   }
   impl->pool = std::make_unique<ThreadPool>(o.threads);
   if (compute::backend_is_shared(o.backend)) {
@@ -187,6 +228,7 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   in.act_quant_sim = o.act_quant_sim;
   return std::shared_ptr<const Engine>(new Engine(std::move(impl)));
 }
+
 
 const EngineInfo& Engine::info() const { return impl_->info; }
 

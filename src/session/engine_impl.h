@@ -9,6 +9,7 @@
 #include "gguf/gguf.h"
 #include "ds4/engine.h"
 #include "model/deepseek4/model.h"
+#include "model/qwen35moe/model.h"
 #include "stream/provider.h"
 
 namespace ds4 {
@@ -19,7 +20,9 @@ struct Engine::Impl {
   MemoryPlan plan;
   uint64_t model_hash = 0;  // XXH64 behind info.model_id
   std::unique_ptr<stream::ExpertProvider> experts;  // null: resident; outlives the model
+  // Exactly one of these is set, chosen by the file's general.architecture.
   std::unique_ptr<model::deepseek4::Model> model;
+  std::unique_ptr<model::qwen35moe::Model> qwen;
   std::optional<Tokenizer> tokenizer;
   std::unique_ptr<ThreadPool> pool;
   // Device backends hold the weights once: every session shares this instance (null: each

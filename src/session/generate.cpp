@@ -19,7 +19,7 @@ const char* to_string(StopReason r) {
 
 GenerateResult Session::generate(const GenerateOptions& o, const TokenFn& on_token) {
   Impl& s = *impl_;
-  if (s.state.n_pos == 0) fail("generate: the session is empty (evaluate a prompt first)");
+  if (s.n_pos() == 0) fail("generate: the session is empty (evaluate a prompt first)");
   const auto t0 = std::chrono::steady_clock::now();
   GenerateResult r;
   const Tokenizer* tok = s.e->tokenizer ? &*s.e->tokenizer : nullptr;
@@ -33,13 +33,13 @@ GenerateResult Session::generate(const GenerateOptions& o, const TokenFn& on_tok
       r.reason = StopReason::Cancelled;
       break;
     }
-    if (s.state.n_pos >= s.n_ctx) {
+    if (s.n_pos() >= s.n_ctx) {
       r.reason = StopReason::ContextFull;
       break;
     }
     GeneratedToken g;
-    g.id = s.sampler.sample(s.state.logits, o.sample);
-    if (o.logprobs_top_n >= 0) g.logprobs = compute_logprobs(s.state.logits, g.id, o.logprobs_top_n);
+    g.id = s.sampler.sample(s.logits(), o.sample);
+    if (o.logprobs_top_n >= 0) g.logprobs = compute_logprobs(s.logits(), g.id, o.logprobs_top_n);
     if (tok && g.id < tok->n_vocab()) g.piece = tok->token_to_piece(g.id);
     g.is_stop = o.stop_at_stop_tokens && s.engine->is_stop_token(g.id);
     ++r.n_generated;

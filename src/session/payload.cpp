@@ -27,6 +27,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "session/payload_io.h"
 #include "session/session_impl.h"
 
 namespace ds4 {
@@ -35,55 +36,10 @@ static_assert(std::endian::native == std::endian::little, "session payloads are 
 
 namespace {
 
-constexpr char kMagic[8] = {'D', 'S', '4', 'S', 'E', 'S', 'S', '\0'};
-constexpr uint32_t kVersion = 1;
-
-class Out {
- public:
-  template <class T>
-  void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    b.insert(b.end(), p, p + sizeof(T));
-  }
-  template <class T>
-  void put_vec(const std::vector<T>& v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(v.data());
-    b.insert(b.end(), p, p + v.size() * sizeof(T));
-  }
-  std::vector<uint8_t> b;
-};
-
-class In {
- public:
-  In(std::span<const uint8_t> bytes) : b_(bytes) {}
-  template <class T>
-  T get(const char* what) {
-    need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, b_.data() + at_, sizeof(T));
-    at_ += sizeof(T);
-    return v;
-  }
-  template <class T>
-  void get_vec(std::vector<T>& out, uint64_t count, const char* what) {
-    if (count > (b_.size() - at_) / sizeof(T)) truncated(what);
-    out.resize(static_cast<size_t>(count));
-    if (count == 0) return;  // out.data() may be null
-    std::memcpy(out.data(), b_.data() + at_, static_cast<size_t>(count) * sizeof(T));
-    at_ += static_cast<size_t>(count) * sizeof(T);
-  }
-  size_t at() const { return at_; }
-
- private:
-  void need(size_t n, const char* what) {
-    if (b_.size() - at_ < n) truncated(what);
-  }
-  [[noreturn]] void truncated(const char* what) {
-    fail("session payload: truncated at byte {} of {} while reading {}", at_, b_.size(), what);
-  }
-  std::span<const uint8_t> b_;
-  size_t at_ = 0;
-};
+using session::In;
+using session::kMagic;
+using session::kVersion;
+using session::Out;
 
 void put_compressor(Out& o, const model::deepseek4::CompressorState& cs) {
   o.put<uint64_t>(static_cast<uint64_t>(cs.n_rows));
@@ -115,6 +71,7 @@ void get_compressor(In& in, model::deepseek4::CompressorState& cs, int64_t n_pos
 
 std::vector<uint8_t> Session::save_payload() const {
   const Impl& s = *impl_;
+  if (s.qwen()) return session::save_qwen35moe_payload(s);
   const auto& hp = s.e->model->hparams();
   const auto& st = s.state;
   Out o;
@@ -146,6 +103,7 @@ std::vector<uint8_t> Session::save_payload() const {
 
 void Session::load_payload(std::span<const uint8_t> bytes) {
   Impl& s = *impl_;
+  if (s.qwen()) return session::load_qwen35moe_payload(s, bytes);
   const auto& hp = s.e->model->hparams();
   if (bytes.size() < 8 || std::memcmp(bytes.data(), kMagic, 8) != 0)
     fail("session payload: not a ds4 session payload (bad magic)");

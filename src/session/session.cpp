@@ -34,7 +34,7 @@ std::unique_ptr<Session> Engine::new_session(const SessionOptions& o) const {
     s->own_backend = compute::make_cpu_backend(impl_->pool.get());
     s->backend = s->own_backend.get();
   }
-  s->state = s->new_state();
+  s->fresh_state();
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }
 
@@ -43,15 +43,25 @@ Session::~Session() = default;
 
 const Engine& Session::engine() const { return *impl_->engine; }
 int64_t Session::n_ctx() const { return impl_->n_ctx; }
-int64_t Session::n_past() const { return impl_->state.n_pos; }
-const std::vector<int32_t>& Session::tokens() const { return impl_->state.tokens; }
+int64_t Session::n_past() const { return impl_->n_pos(); }
+const std::vector<int32_t>& Session::tokens() const { return impl_->tokens(); }
 std::span<const float> Session::logits() const {
-  if (impl_->state.n_pos == 0) return {};
-  return impl_->state.logits;
+  if (impl_->n_pos() == 0) return {};
+  return impl_->logits();
+}
+
+void Session::Impl::fresh_state() {
+  if (qwen()) qstate = e->qwen->new_state(*backend, n_ctx);
+  else state = new_state();
+}
+
+void Session::Impl::eval_tokens(std::span<const int32_t> tokens) {
+  if (qwen()) e->qwen->eval(*backend, qstate, tokens, nullptr);
+  else e->model->eval(*backend, state, tokens, nullptr);
 }
 
 void Session::Impl::reset() {
-  state = new_state();
+  fresh_state();
   checkpoints.clear();
 }
 
@@ -67,10 +77,10 @@ void Session::Impl::check_ids(std::span<const int32_t> tokens) const {
 }
 
 void Session::Impl::add_checkpoint() {
-  if (state.n_pos == 0) return;  // the empty state needs no copy
-  if (!checkpoints.empty() && checkpoints.back().n_pos == state.n_pos) return;
+  if (n_pos() == 0) return;  // the empty state needs no copy
+  if (!checkpoints.empty() && checkpoints.back().n_pos == n_pos()) return;
   if (options.max_checkpoints == 0) return;
-  checkpoints.push_back(session::take_checkpoint(state));
+  checkpoints.push_back(qwen() ? session::take_checkpoint(qstate) : session::take_checkpoint(state));
   // Over the limit: keep the newest two (the latest turn boundaries, where rewinds usually
   // land) and drop the older checkpoint whose removal leaves the smallest gap, so the kept
   // ones thin out evenly over the whole context instead of covering only its end.
@@ -96,10 +106,11 @@ void Session::Impl::add_checkpoint() {
 void Session::Impl::restore_at_most(int64_t n) {
   while (!checkpoints.empty() && checkpoints.back().n_pos > n) checkpoints.pop_back();
   if (checkpoints.empty()) {
-    state = new_state();
+    fresh_state();
     return;
   }
-  session::restore_checkpoint(state, checkpoints.back());
+  if (qwen()) session::restore_checkpoint(qstate, checkpoints.back());
+  else session::restore_checkpoint(state, checkpoints.back());
 }
 
 bool Session::Impl::append(std::span<const int32_t> tokens, const EvalOptions& o, bool end_checkpoint,
@@ -115,18 +126,18 @@ bool Session::Impl::append(std::span<const int32_t> tokens, const EvalOptions& o
     }
     int64_t len = std::min(n - done, B);
     if (K > 0) {
-      const int64_t to_boundary = K - state.n_pos % K;
+      const int64_t to_boundary = K - n_pos() % K;
       len = std::min(len, to_boundary);
     }
     try {
       std::lock_guard<std::mutex> lock(e->compute_mu);
-      e->model->eval(*backend, state, tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(len)), nullptr);
+      eval_tokens(tokens.subspan(static_cast<size_t>(done), static_cast<size_t>(len)));
     } catch (...) {
       reset();  // the model leaves a failed state unusable
       throw;
     }
     done += len;
-    if (K > 0 && state.n_pos % K == 0) add_checkpoint();
+    if (K > 0 && n_pos() % K == 0) add_checkpoint();
     if (o.progress) o.progress(progress_base + done, progress_total);
   }
   if (end_checkpoint) add_checkpoint();
@@ -135,14 +146,14 @@ bool Session::Impl::append(std::span<const int32_t> tokens, const EvalOptions& o
 
 EvalResult Session::eval(std::span<const int32_t> tokens, const EvalOptions& o) {
   Impl& s = *impl_;
-  s.check_fits(s.state.n_pos + static_cast<int64_t>(tokens.size()));
+  s.check_fits(s.n_pos() + static_cast<int64_t>(tokens.size()));
   s.check_ids(tokens);
   EvalResult r;
-  r.reused = s.state.n_pos;
+  r.reused = s.n_pos();
   const auto t0 = Clock::now();
-  const int64_t before = s.state.n_pos;
+  const int64_t before = s.n_pos();
   r.cancelled = !s.append(tokens, o, true, 0, static_cast<int64_t>(tokens.size()));
-  r.evaluated = s.state.n_pos - before;
+  r.evaluated = s.n_pos() - before;
   r.seconds = since(t0);
   return r;
 }
@@ -152,32 +163,32 @@ EvalResult Session::sync(std::span<const int32_t> tokens, const EvalOptions& o) 
   const int64_t want = static_cast<int64_t>(tokens.size());
   s.check_fits(want);
   s.check_ids(tokens);
-  const auto& cur = s.state.tokens;
+  const auto& cur = s.tokens();
   int64_t p = 0;
-  const int64_t lim = std::min<int64_t>(want, s.state.n_pos);
+  const int64_t lim = std::min<int64_t>(want, s.n_pos());
   while (p < lim && cur[static_cast<size_t>(p)] == tokens[static_cast<size_t>(p)]) ++p;
 
   EvalResult r;
   r.reused = p;
   const auto t0 = Clock::now();
-  if (p == want && p == s.state.n_pos) return r;
-  if (p < s.state.n_pos) s.restore_at_most(p);
-  const int64_t from = s.state.n_pos;  // checkpoint <= p: tokens [from, p) are replayed
+  if (p == want && p == s.n_pos()) return r;
+  if (p < s.n_pos()) s.restore_at_most(p);
+  const int64_t from = s.n_pos();  // checkpoint <= p: tokens [from, p) are replayed
   // Replay and new tokens go through in one pass: the same chunking as any other append.
   r.cancelled = !s.append(tokens.subspan(static_cast<size_t>(from)), o, true, 0, want - from);
-  r.replayed = std::min(s.state.n_pos, p) - from;
-  r.evaluated = std::max<int64_t>(0, s.state.n_pos - p);
+  r.replayed = std::min(s.n_pos(), p) - from;
+  r.evaluated = std::max<int64_t>(0, s.n_pos() - p);
   r.seconds = since(t0);
   return r;
 }
 
 int64_t Session::rewind(int64_t n) {
   Impl& s = *impl_;
-  if (n < 0 || n > s.state.n_pos) fail("rewind to {}: the session holds {} tokens", n, s.state.n_pos);
-  if (n == s.state.n_pos) return 0;
-  std::vector<int32_t> keep(s.state.tokens.begin(), s.state.tokens.begin() + n);
+  if (n < 0 || n > s.n_pos()) fail("rewind to {}: the session holds {} tokens", n, s.n_pos());
+  if (n == s.n_pos()) return 0;
+  std::vector<int32_t> keep(s.tokens().begin(), s.tokens().begin() + n);
   s.restore_at_most(n);
-  const int64_t from = s.state.n_pos;
+  const int64_t from = s.n_pos();
   s.append(std::span<const int32_t>(keep).subspan(static_cast<size_t>(from)), EvalOptions{}, true, 0, n - from);
   return n - from;
 }
@@ -186,13 +197,13 @@ void Session::set_sampler(const SamplerConfig& c) { impl_->sampler = Sampler(c);
 Sampler& Session::sampler() { return impl_->sampler; }
 
 int32_t Session::sample(const SampleOptions& o) {
-  if (impl_->state.n_pos == 0) fail("sample: the session is empty (evaluate a prompt first)");
-  return impl_->sampler.sample(impl_->state.logits, o);
+  if (impl_->n_pos() == 0) fail("sample: the session is empty (evaluate a prompt first)");
+  return impl_->sampler.sample(impl_->logits(), o);
 }
 
 Logprobs Session::logprobs(int32_t chosen, int32_t n_top) const {
-  if (impl_->state.n_pos == 0) fail("logprobs: the session is empty (evaluate a prompt first)");
-  return compute_logprobs(impl_->state.logits, chosen, n_top);
+  if (impl_->n_pos() == 0) fail("logprobs: the session is empty (evaluate a prompt first)");
+  return compute_logprobs(impl_->logits(), chosen, n_top);
 }
 
 }  // namespace ds4

@@ -6,6 +6,7 @@
 #include "compute/backend.h"
 #include "ds4/session.h"
 #include "model/deepseek4/state.h"
+#include "model/qwen35moe/state.h"
 #include "session/checkpoint.h"
 #include "session/engine_impl.h"
 
@@ -18,7 +19,8 @@ struct Session::Impl {
   int64_t n_ctx = 0;
   compute::Backend* backend = nullptr;           // own_backend, or the engine's shared one (CUDA)
   std::unique_ptr<compute::Backend> own_backend;
-  model::deepseek4::State state;
+  model::deepseek4::State state;    // DeepSeek V4 engines
+  model::qwen35moe::State qstate;   // qwen35moe engines
   Sampler sampler;
   std::deque<session::Checkpoint> checkpoints;  // ascending n_pos, all <= state.n_pos
 
@@ -33,6 +35,14 @@ struct Session::Impl {
   void check_fits(int64_t total) const;
   void check_ids(std::span<const int32_t> tokens) const;
   void reset();
+  bool qwen() const { return e->qwen != nullptr; }
+  int64_t n_pos() const { return qwen() ? qstate.n_pos : state.n_pos; }
+  const std::vector<int32_t>& tokens() const { return qwen() ? qstate.tokens : state.tokens; }
+  const std::vector<float>& logits() const { return qwen() ? qstate.logits : state.logits; }
+  // A fresh, empty state of the engine's family.
+  void fresh_state();
+  // One evaluation of the engine's model on the state (logits of the last token kept).
+  void eval_tokens(std::span<const int32_t> tokens);
   model::deepseek4::State new_state() const { return e->model->new_state(*backend, n_ctx); }
 };
 

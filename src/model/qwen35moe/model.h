@@ -29,6 +29,7 @@ class Model {
   static std::unique_ptr<Model> from_file(gguf::File file, Options opt = {});
 
   const HParams& hparams() const { return hp_; }
+  const gguf::File& file() const { return file_; }
   State new_state(compute::Backend& be, int64_t n_ctx) const { return State::create(hp_, be, n_ctx); }
   void register_weights(compute::Backend& be) const;
 
