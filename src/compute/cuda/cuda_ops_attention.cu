@@ -45,6 +45,13 @@ __device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, in
   const int lane = threadIdx.x & 31;
   float a = 0.0f;
   int64_t i = 0;
+  for (; i + 256 <= n; i += 256) {  // eight steps' loads before their FMAs
+    float wv[8], xv[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) wv[u] = w[i + 32 * u + lane], xv[u] = x[i + 32 * u + lane];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) a = fmaf(wv[u], xv[u], a);
+  }
   for (; i + 32 <= n; i += 32) a = fmaf(w[i + lane], x[i + lane], a);
   for (; i + 8 <= n; i += 8)
     if (lane < 8) a = fmaf(w[i + lane], x[i + lane], a);
@@ -78,7 +85,7 @@ __device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t h
 }
 
 constexpr int kAttnHeads = 8;  // heads per block (one warp each) in the scores kernel
-constexpr int kAttnRows = 16;  // rows per block in the scores kernel
+constexpr int kAttnRows = 1;   // rows per block in the scores kernel (one latency each)
 
 // S[h][r] = dot(q_h, row r) * scale (NaN for a bad index: its row is skipped as the error).
 __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, int64_t total,
@@ -94,10 +101,13 @@ __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim,
   }
 }
 
-// One block per head: m, e_k (in place of S), and 1/den.
+// One block per head: m, e_k (in place of S), and 1/den; the in-order sum reads e_k from
+// shared memory in chunks (a dependent chain: each step must be a shared-memory load).
+constexpr int kSoftChunk = 4096;
 __global__ void k_attn_softmax(float* S, int64_t total, const float* sinks, float* inv) {
   __shared__ float red[32];
   __shared__ float m_sh;
+  __shared__ float e_sh[kSoftChunk];
   const int64_t h = blockIdx.x;
   float* s = S + h * total;
   float m = sinks[h];
@@ -112,28 +122,75 @@ __global__ void k_attn_softmax(float* S, int64_t total, const float* sinks, floa
   }
   __syncthreads();
   m = m_sh;
-  for (int64_t r = threadIdx.x; r < total; r += blockDim.x) s[r] = expf_ref(__fsub_rn(s[r], m));
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float den = expf_ref(__fsub_rn(sinks[h], m));
-    for (int64_t r = 0; r < total; ++r) den = __fadd_rn(den, s[r]);
-    inv[h] = __fdiv_rn(1.0f, den);
+  float den = 0.0f;
+  if (threadIdx.x == 0) den = expf_ref(__fsub_rn(sinks[h], m));
+  for (int64_t c0 = 0; c0 < total; c0 += kSoftChunk) {
+    const int n = static_cast<int>(total - c0 < kSoftChunk ? total - c0 : kSoftChunk);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float e = expf_ref(__fsub_rn(s[c0 + i], m));
+      e_sh[i] = e;
+      s[c0 + i] = e;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll 8
+      for (int i = 0; i < n; ++i) den = __fadd_rn(den, e_sh[i]);
+    }
+    __syncthreads();
   }
+  if (threadIdx.x == 0) inv[h] = __fdiv_rn(1.0f, den);
 }
 
-// Thread (head, dim): o = sum over rows in order of e_r * row_r[dim], times 1/den.
-__global__ void k_attn_out(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, AttnRows kv,
-                           int64_t total, float* out, int* err) {
-  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
+// Thread (head, dim): o = sum over rows in order of e_r * row_r[dim], times 1/den. The rows'
+// addresses and the block's weights are staged in shared memory (up to kOutStage rows at a
+// time); each thread then loads 16 rows ahead of its dependent chain of adds.
+constexpr int kOutStage = 1024, kOutAhead = 32;
+__global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, const float* inv, int64_t n_heads,
+                                                              int64_t head_dim, AttnRows kv, int64_t total, float* out,
+                                                              int* err) {
+  __shared__ const float* rows_sh[kOutStage];
+  __shared__ float e_sh[kAttnHeads][kOutStage];
+  const int hl = threadIdx.x >> 5;
+  const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + hl;
   const int64_t d = static_cast<int64_t>(blockIdx.x) * 32 + (threadIdx.x & 31);
-  if (h >= n_heads) return;
-  const float* e = E + h * total;
+  const bool live = h < n_heads && d < head_dim;
+  const int64_t dd = d < head_dim ? d : 0;
   float acc = 0.0f;
-  const bool live = d < head_dim;
-  for (int64_t r = 0; r < total; ++r) {
-    const float* row = attn_row(kv, r, head_dim, err);
-    const float v = row && live ? __ldg(row + d) : 0.0f;
-    acc = __fadd_rn(acc, __fmul_rn(e[r], v));
+  for (int64_t r0 = 0; r0 < total; r0 += kOutStage) {
+    const int n = static_cast<int>(total - r0 < kOutStage ? total - r0 : kOutStage);
+    __syncthreads();  // the previous stage is consumed
+    for (int i = threadIdx.x; i < n; i += blockDim.x) rows_sh[i] = attn_row(kv, r0 + i, head_dim, err);
+    for (int i0 = threadIdx.x; i0 < kAttnHeads * n; i0 += 4 * blockDim.x) {
+      float ev[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = i0 + u * blockDim.x, k = i / n, j = i - k * n;
+        const int64_t hh = static_cast<int64_t>(blockIdx.y) * kAttnHeads + k;
+        ev[u] = i < kAttnHeads * n && hh < n_heads ? E[hh * total + r0 + j] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = i0 + u * blockDim.x, k = i / n, j = i - k * n;
+        if (i < kAttnHeads * n) e_sh[k][j] = ev[u];
+      }
+    }
+    __syncthreads();
+    float v[kOutAhead];
+#pragma unroll
+    for (int i = 0; i < kOutAhead; ++i) v[i] = (i < n && rows_sh[i]) ? __ldg(rows_sh[i] + dd) : 0.0f;
+    for (int c = 0; c < n; c += kOutAhead) {
+      float vn[kOutAhead];
+#pragma unroll
+      for (int i = 0; i < kOutAhead; ++i) {
+        const int j = c + kOutAhead + i;
+        vn[i] = (j < n && rows_sh[j]) ? __ldg(rows_sh[j] + dd) : 0.0f;
+      }
+#pragma unroll
+      for (int i = 0; i < kOutAhead; ++i)
+        if (c + i < n) acc = __fadd_rn(acc, __fmul_rn(e_sh[hl][c + i], v[i]));
+#pragma unroll
+      for (int i = 0; i < kOutAhead; ++i) v[i] = vn[i];
+    }
   }
   if (live) out[h * head_dim + d] = __fmul_rn(acc, inv[h]);
 }
@@ -288,9 +345,71 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
   block_cache().put(buf);
 }
 
+// The Flash indexer shape (64 heads x 128 dims): a thread per (key, group of 16 heads) replays
+// the CPU's 32 FMA chains per head in registers (q broadcast from shared memory, the block's
+// 64 keys staged with row stride 129: conflict-free); the weighted heads are then summed in
+// order 0..63 by one thread per key.
+constexpr int kIxHeads = 64, kIxDim = 128, kIxKeys = 64, kIxGroups = 4, kIxHpg = kIxHeads / kIxGroups;
+constexpr int kIxThreads = kIxKeys * kIxGroups, kIxStride = kIxDim + 1;
+constexpr size_t kIxShared =
+    (kIxHeads * kIxDim + kIxHeads + kIxKeys * kIxStride + kIxKeys * (kIxHeads + 1)) * sizeof(float);
+
+__global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
+                                                              const float* keys, int64_t n_keys, float* scores) {
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);   // [64][128]
+  float* ws = qs + kIxHeads * kIxDim;          // [64] w*scale
+  float* ks = ws + kIxHeads;                   // [64 keys][129]
+  float* prod = ks + kIxKeys * kIxStride;      // [64 keys][65] weighted relu(dot)
+  for (int i = threadIdx.x; i < kIxHeads * kIxDim; i += kIxThreads) qs[i] = q[i];
+  for (int i = threadIdx.x; i < kIxHeads; i += kIxThreads) ws[i] = __fmul_rn(w[i], scale);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kIxKeys;
+  for (int i = threadIdx.x; i < kIxKeys * kIxDim; i += kIxThreads) {
+    const int key = i / kIxDim, dd = i % kIxDim;
+    ks[key * kIxStride + dd] = c0 + key < n_keys ? keys[(c0 + key) * kIxDim + dd] : 0.0f;
+  }
+  __syncthreads();
+  const int kl = threadIdx.x % kIxKeys, g = threadIdx.x / kIxKeys;
+  const float* kr = ks + kl * kIxStride;
+  for (int hh = 0; hh < kIxHpg; ++hh) {
+    const int h = g * kIxHpg + hh;
+    const float* qh = qs + h * kIxDim;
+    float a[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) a[j] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kIxDim / 32; ++t)
+#pragma unroll
+      for (int j = 0; j < 32; ++j) a[j] = fmaf(qh[32 * t + j], kr[32 * t + j], a[j]);
+    float v[8];
+#pragma unroll
+    for (int l = 0; l < 8; ++l) v[l] = __fadd_rn(__fadd_rn(a[l], a[l + 8]), __fadd_rn(a[l + 16], a[l + 24]));
+    prod[kl * (kIxHeads + 1) + h] = __fmul_rn(ws[h], std_max(0.0f, fold8(v)));  // ReLU first (trap 12)
+  }
+  __syncthreads();
+  if (threadIdx.x < kIxKeys && c0 + threadIdx.x < n_keys) {
+    const float* p = prod + threadIdx.x * (kIxHeads + 1);
+    float acc = 0.0f;
+    for (int h = 0; h < kIxHeads; ++h) acc = __fadd_rn(acc, p[h]);
+    scores[c0 + threadIdx.x] = acc;
+  }
+}
+
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
                     int64_t n_keys, float* scores, cudaStream_t s) {
   if (n_keys <= 0) return;
+  if (n_heads == kIxHeads && head_dim == kIxDim) {
+    static bool attr_set = false;  // one device per process (the backend's)
+    if (!attr_set) {
+      check(cudaFuncSetAttribute(k_indexer_flash, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 static_cast<int>(kIxShared)),
+            "cudaFuncSetAttribute(indexer_scores 64x128)");
+      attr_set = true;
+    }
+    k_indexer_flash<<<blocks_for(n_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
+    check_launch("indexer_scores (64x128)");
+    return;
+  }
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;

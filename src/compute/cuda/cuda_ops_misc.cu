@@ -46,12 +46,27 @@ __global__ void k_add(float* y, const float* x, int64_t n) {
 
 // ---- RMSNorm: one block per row; sum of squares in double (exact products) -----------------
 
+// Thread t's sum of squares over x[t], x[t+B], x[t+2B], ... in that order (B = blockDim.x),
+// with eight loads issued before their adds (a plain loop waits for each load in turn).
+__device__ inline double thread_sumsq(const float* x, int64_t n) {
+  double ss = 0;
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 8 * step) {
+    float v[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) v[u] = i0 + u * step < n ? x[i0 + u * step] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < 8; ++u)
+      if (i0 + u * step < n) ss += static_cast<double>(v[u]) * v[u];
+  }
+  return ss;
+}
+
 __global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
   __shared__ double sh[32];
   const float* xr = x + blockIdx.x * n;
   float* yr = y + blockIdx.x * n;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) ss += static_cast<double>(xr[i]) * xr[i];
+  double ss = thread_sumsq(xr, n);
   ss = block_sum(ss, sh);
   const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
   // Each thread rewrites only the elements it reads, so y may alias x.
@@ -349,8 +364,7 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
   const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
   const float* Xr = X + r * width;
   float* m = mix + r * n_mix;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += static_cast<double>(Xr[i]) * Xr[i];
+  double ss = thread_sumsq(Xr, width);
   ss = block_sum(ss, sh);
   const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(width) + static_cast<double>(rms_eps)));
   for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
@@ -375,10 +389,19 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
     for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[r * n_hc * n_hc + k] = comb_sh[k];
   }
   float* xo = x_in + r * n;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float acc = 0;
-    for (int s = 0; s < n_hc; ++s) acc += pre[s] * Xr[s * n + i];
-    xo[i] = acc;
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * step) {
+    float acc[4] = {0, 0, 0, 0};
+    for (int s = 0; s < n_hc; ++s) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = i0 + u * step < n ? Xr[s * n + i0 + u * step] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc[u] += pre[s] * v[u];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i0 + u * step < n) xo[i0 + u * step] = acc[u];
   }
 }
 
@@ -448,7 +471,7 @@ void add(float* y, const float* x, int64_t n, cudaStream_t s) {
 
 void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
-  k_rms_norm<<<grid_for(rows, 1), 256, 0, s>>>(x, w, n, eps, y);
+  k_rms_norm<<<grid_for(rows, 1), 1024, 0, s>>>(x, w, n, eps, y);
   check_launch("rms_norm");
 }
 
@@ -489,7 +512,7 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
             int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s) {
   if (rows <= 0) return;
   if (n_hc < 1 || n_hc > kMaxHc) fail("CUDA hc_pre: n_hc {} outside 1..{}", n_hc, kMaxHc);
-  k_hc_pre<<<grid_for(rows, 1), 256, 0, s>>>(X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
+  k_hc_pre<<<grid_for(rows, 1), 1024, 0, s>>>(X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
                                              post, comb);
   check_launch("hc_pre");
 }

@@ -5,6 +5,8 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <mutex>
+#include <unordered_set>
 #include <cstdint>
 
 #include "compute/cuda/block_cache.h"
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t ro
 // rows (group_rows > 0): output row o reads the activation row from element
 // (o / group_rows) * n_in on (the activation row is groups * n_in long: aq.n / x_stride).
 template <class F, int R>
-__global__ void __launch_bounds__(kThreads) k_xmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+__global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
                                                       ActQ aq, int64_t rows, int64_t r_first, float* y,
                                                       int64_t y_stride, QPlan pl, int64_t group_rows) {
   extern __shared__ uint4 smem4[];
@@ -202,13 +204,13 @@ __global__ void __launch_bounds__(kThreads) k_xmatmul(const uint8_t* w, size_t r
 }
 
 template <class F, int R>
-__global__ void __launch_bounds__(kThreads) k_xfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in,
+__global__ void __launch_bounds__(kThreads, kMinBlocks) k_xfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in,
                                                        int64_t n_out, const float* x, int64_t x_stride, int64_t rows,
                                                        int64_t r_first, float* y, int64_t y_stride, FPlan pl,
                                                        int64_t group_rows) {
   extern __shared__ uint4 smem4[];
   uint8_t* stage = reinterpret_cast<uint8_t*>(smem4);
-  float* res = reinterpret_cast<float*>(stage + pl.rb * pl.slice);
+  float* res = reinterpret_cast<float*>(stage + pl.rb * pl.slice + static_cast<size_t>(R) * pl.seg_elems * 4);
   const int64_t o0 = static_cast<int64_t>(blockIdx.x) * pl.rb;
   const int nrows = static_cast<int>(n_out - o0 < pl.rb ? n_out - o0 : pl.rb);
   const int64_t r0 = r_first + static_cast<int64_t>(blockIdx.y) * R;
@@ -221,6 +223,24 @@ __global__ void __launch_bounds__(kThreads) k_xfmatmul(const uint8_t* w, size_t 
   }
 }
 
+}  // namespace
+
+// Opts a kernel in to up to 200 KiB of dynamic shared memory (once per kernel) when it needs
+// more than the default 48 KiB, or fails naming it.
+void allow_smem(const void* kernel, size_t bytes, const char* what) {
+  if (bytes <= 48 * 1024) return;
+  if (bytes > 200 * 1024) fail("CUDA {}: {} bytes of shared memory", what, bytes);
+  static std::mutex mu;
+  static std::unordered_set<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(kernel)) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+        "cudaFuncSetAttribute (shared memory)");
+  done.insert(kernel);
+}
+
+namespace {
+
 int tile_rows_exact(int64_t rows) { return rows <= 1 ? 1 : rows <= 2 ? 2 : rows <= 4 ? 4 : rows <= 8 ? 8 : 16; }
 
 template <class F>
@@ -232,8 +252,8 @@ void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_strid
     const int64_t tiles = (rows + RR - 1) / RR;
     constexpr int64_t kMaxY = 65535;
     if constexpr (F::kFloat) {
-      const FPlan pl = plan_f<F>(w.n_in, w.n_out, group_rows);
-      if (pl.smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for rows of {}", pl.smem, w.n_in);
+      const FPlan pl = plan_f<F, RR>(w.n_in, w.n_out, group_rows);
+      allow_smem(reinterpret_cast<const void*>(k_xfmatmul<F, RR>), pl.smem, "matmul (float weights)");
       const int64_t gx = (w.n_out + pl.rb - 1) / pl.rb;
       if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
       for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {

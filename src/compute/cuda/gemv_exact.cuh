@@ -27,6 +27,12 @@ constexpr bool kEightPartials = !std::is_same_v<F, FmtIQ2_XXS>;
 
 constexpr int kStageBudget = 24 * 1024;  // bytes of staged weights per block of threads
 constexpr int kMaxChains = 32;           // rows x activation rows per block (8 partials each)
+// Blocks a launch should have at least (2 per SM on a 132-SM H200) before rows per block shrink:
+// one-row blocks leave most threads idle in the term phase (measured slower).
+constexpr int64_t kTargetBlocks = 264;
+// Resident blocks per SM the kernels are compiled for (caps registers at 80 a thread): enough
+// warps to overlap one block's staging with another's arithmetic.
+constexpr int kMinBlocks = 3;
 
 __host__ __device__ constexpr int round16(int v) { return (v + 15) / 16 * 16; }
 // Bytes of shared memory per staged row segment: the segment plus its misalignment and slack.
@@ -46,37 +52,37 @@ __device__ __forceinline__ void stage_rows(const uint8_t* base, size_t row_strid
                                            uint8_t* smem, int slice) {
   const int nch_max = slice / 16, total = nrows * nch_max;
   constexpr int kBatch = 4;  // chunks per thread whose loads are issued before any store
+  // Chunk t: row j = t / nch_max, chunk c; whole (1) / edge (2) / none (0). Addresses are
+  // recomputed in the store pass rather than kept (registers).
+  auto where = [&](int t, uintptr_t& a, uintptr_t& s, uintptr_t& e) {
+    const int j = t / nch_max, c = t - j * nch_max;
+    s = reinterpret_cast<uintptr_t>(base + static_cast<size_t>(j) * row_stride + off);
+    e = s + static_cast<uintptr_t>(nbytes);
+    a = (s & ~static_cast<uintptr_t>(15)) + 16u * static_cast<uintptr_t>(c);
+    if (t >= total || a >= e) return 0;
+    return (a >= s && a + 16 <= e) ? 1 : 2;
+  };
   for (int t0 = 0; t0 < total; t0 += kBatch * static_cast<int>(blockDim.x)) {
     uint4 v[kBatch];
-    int kind[kBatch];  // 0: nothing, 1: whole chunk loaded, 2: edge chunk (bytes)
-    uintptr_t addr[kBatch], s_[kBatch], e_[kBatch];
-    uint8_t* dst[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int t = t0 + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
-      kind[u] = 0;
-      if (t >= total) continue;
-      const int j = t / nch_max, c = t - j * nch_max;
-      const uintptr_t s = reinterpret_cast<uintptr_t>(base + static_cast<size_t>(j) * row_stride + off);
-      const uintptr_t e = s + static_cast<uintptr_t>(nbytes), a0 = s & ~static_cast<uintptr_t>(15);
-      const uintptr_t a = a0 + 16u * static_cast<uintptr_t>(c);
-      if (a >= e) continue;
-      dst[u] = smem + j * slice + 16 * c, addr[u] = a, s_[u] = s, e_[u] = e;
-      if (a >= s && a + 16 <= e) {
+      uintptr_t a, s, e;
+      if (where(t0 + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x), a, s, e) == 1)
         v[u] = __ldg(reinterpret_cast<const uint4*>(a));
-        kind[u] = 1;
-      } else {
-        kind[u] = 2;
-      }
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      if (kind[u] == 1) {
-        *reinterpret_cast<uint4*>(dst[u]) = v[u];
-      } else if (kind[u] == 2) {
+      const int t = t0 + u * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+      uintptr_t a, s, e;
+      const int kind = where(t, a, s, e);
+      if (kind == 0) continue;
+      const int j = t / nch_max, c = t - j * nch_max;
+      uint8_t* dst = smem + j * slice + 16 * c;
+      if (kind == 1) {
+        *reinterpret_cast<uint4*>(dst) = v[u];
+      } else {
         for (int i = 0; i < 16; ++i)
-          if (addr[u] + i >= s_[u] && addr[u] + i < e_[u])
-            dst[u][i] = __ldg(reinterpret_cast<const unsigned char*>(addr[u] + i));
+          if (a + i >= s && a + i < e) dst[i] = __ldg(reinterpret_cast<const unsigned char*>(a + i));
       }
     }
   }
@@ -164,6 +170,32 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
   for (int64_t e0 = 0; e0 < n_in; e0 += pl.seg_elems) {
     const int ne = static_cast<int>(n_in - e0 < pl.seg_elems ? n_in - e0 : pl.seg_elems);
     stage_rows(w, row_stride, nrows, e0 * F::kES, ne * F::kES, stage, pl.slice);
+    // The activation rows' segment too: the chains then wait on shared memory only. 16-byte
+    // loads when the rows allow them (backend buffers are 256-byte aligned).
+    float* xs = reinterpret_cast<float*>(stage + pl.rb * pl.slice);
+    const bool vec4 = (reinterpret_cast<uintptr_t>(x + e0) % 16 == 0) && x_stride % 4 == 0 && ne % 4 == 0 &&
+                      pl.seg_elems % 4 == 0;
+    if (vec4) {
+      const int nq = ne / 4;  // float4s per row
+      for (int i0 = threadIdx.x; i0 < nr * nq; i0 += 4 * blockDim.x) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = i0 + u * blockDim.x, r = i / nq, j = i - r * nq;
+          if (i < nr * nq) v[u] = __ldg(reinterpret_cast<const float4*>(x + r * x_stride + e0) + j);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int i = i0 + u * blockDim.x, r = i / nq, j = i - r * nq;
+          if (i < nr * nq) reinterpret_cast<float4*>(xs + r * pl.seg_elems)[j] = v[u];
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < nr * ne; i += blockDim.x) {
+        const int r = i / ne, j = i - r * ne;
+        xs[r * pl.seg_elems + j] = __ldg(x + r * x_stride + e0 + j);
+      }
+    }
     __syncthreads();
     if (warp < nrows) {
       const uint8_t* row = staged(w, row_stride, warp, e0 * F::kES, stage, pl.slice);
@@ -175,7 +207,7 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
         for (int u = 0; u < 8; ++u) {
           wv[u] = F::selem(row, i + 32 * u + lane);
 #pragma unroll
-          for (int r = 0; r < R; ++r) xv[u][r] = r < nr ? __ldg(x + r * x_stride + e0 + i + 32 * u + lane) : 0.0f;
+          for (int r = 0; r < R; ++r) xv[u][r] = r < nr ? xs[r * pl.seg_elems + i + 32 * u + lane] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < 8; ++u)
@@ -187,7 +219,7 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
         const float wv = F::selem(row, i + lane);
 #pragma unroll
         for (int r = 0; r < R; ++r)
-          if (r < nr) a[r] = fmaf(wv, __ldg(x + r * x_stride + e0 + i + lane), a[r]);
+          if (r < nr) a[r] = fmaf(wv, xs[r * pl.seg_elems + i + lane], a[r]);
       }
       if (e0 + i == n32) {  // the last segment: 8-element steps into chains 0..7, then the tail
         for (; i + 8 <= ne; i += 8)
@@ -195,7 +227,7 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
             const float wv = F::selem(row, i + lane);
 #pragma unroll
             for (int r = 0; r < R; ++r)
-              if (r < nr) a[r] = fmaf(wv, __ldg(x + r * x_stride + e0 + i + lane), a[r]);
+              if (r < nr) a[r] = fmaf(wv, xs[r * pl.seg_elems + i + lane], a[r]);
           }
         const int t0 = i;
         // Chains l, l+8, l+16, l+24 form lane l of (a0+a1)+(a2+a3); then the 8-lane fold.
@@ -211,7 +243,7 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
           float sum = fold8(lv);
           if (lane == 0 && r < nr) {
             for (int t = t0; t < ne; ++t)
-              sum = __fadd_rn(sum, __fmul_rn(F::selem(row, t), __ldg(x + r * x_stride + e0 + t)));
+              sum = __fadd_rn(sum, __fmul_rn(F::selem(row, t), xs[r * pl.seg_elems + t]));
             res[warp * R + r] = sum;
           }
         }
@@ -225,15 +257,17 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
 
 // rb: as many rows as fit kStageBudget (at most kMaxChains / R), halved while the launch would
 // have fewer than ~2 blocks per SM; `divides`: rb must divide it (grouped rows), 0 = any.
+// `copies`: independent launches' worth of the same shape in one grid (MoE pairs), which count
+// towards filling the GPU.
 template <class F, int R>
-inline QPlan plan_q(int64_t n_in, int64_t n_out, int64_t divides) {
+inline QPlan plan_q(int64_t n_in, int64_t n_out, int64_t divides, int64_t copies = 1) {
   QPlan p;
   const int64_t nb = n_in / F::kBE;
   const int64_t row_bytes = nb * F::kBB;
   int64_t rb = kStageBudget / (row_bytes > 0 ? row_bytes : 1);
   rb = rb < 1 ? 1 : rb;
   rb = rb > kMaxChains / R ? kMaxChains / R : rb;
-  while (rb > 1 && (n_out + rb - 1) / rb < 264) rb /= 2;
+  while (rb > 1 && (n_out + rb - 1) / rb * copies < kTargetBlocks) rb /= 2;
   while (rb > 1 && divides > 0 && divides % rb != 0) --rb;
   p.rb = static_cast<int>(rb);
   if (rb * row_bytes <= kStageBudget) {
@@ -263,20 +297,24 @@ inline QPlan plan_q(int64_t n_in, int64_t n_out, int64_t divides) {
   return p;
 }
 
-template <class F>
-inline FPlan plan_f(int64_t n_in, int64_t n_out, int64_t divides) {
+constexpr int64_t kFloatSmem = 96 * 1024;  // dynamic shared memory of a float-weight block (opt-in)
+
+template <class F, int R>
+inline FPlan plan_f(int64_t n_in, int64_t n_out, int64_t divides, int64_t copies = 1) {
   FPlan p;
   const int64_t row_bytes = n_in * F::kES;
   int64_t rb = kStageBudget / (row_bytes > 0 ? row_bytes : 1);
   rb = rb < 1 ? 1 : rb > kWarps ? kWarps : rb;
-  while (rb > 1 && (n_out + rb - 1) / rb < 264) rb /= 2;
+  while (rb > 1 && (n_out + rb - 1) / rb * copies < kTargetBlocks) rb /= 2;
   while (rb > 1 && divides > 0 && divides % rb != 0) --rb;
   p.rb = static_cast<int>(rb);
-  const int64_t budget = 32 * 1024;
-  int64_t seg = (rb * row_bytes <= budget) ? n_in : budget / F::kES / 32 * 32;
+  // Weights (rb rows) and activations (R rows of f32) of one segment in kFloatSmem bytes.
+  const int64_t per_elem = rb * F::kES + static_cast<int64_t>(R) * 4;
+  int64_t seg = (n_in * per_elem + 64 * rb <= kFloatSmem) ? n_in : (kFloatSmem - 64 * rb) / per_elem / 32 * 32;
   p.seg_elems = static_cast<int>(seg < 32 ? 32 : seg);
   p.slice = slice_bytes_for(p.seg_elems * F::kES);
-  p.smem = static_cast<size_t>(p.rb) * p.slice + static_cast<size_t>(p.rb) * 16 * 4;
+  p.smem = static_cast<size_t>(p.rb) * p.slice + static_cast<size_t>(R) * p.seg_elems * 4 +
+           static_cast<size_t>(p.rb) * 16 * 4;
   return p;
 }
 

@@ -492,7 +492,9 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int64_t n_in, const 
 // The IQ2_XXS grid (256 points of 8 magnitude bytes) in constant memory. Without relocatable
 // device code every .cu has its own copy: static here, filled by upload_iq2_grid() of the same
 // translation unit from quant::iq2xxs_grid (the CPU's table, so both use one set of values).
-static __constant__ uint2 c_iq2xxs_grid[256];
+// Global rather than constant memory: every block copies all 256 entries to shared memory, and
+// constant memory serializes a warp's 32 different addresses.
+static __device__ uint2 c_iq2xxs_grid[256];
 
 // Once per device per translation unit (the copy is per context).
 static inline void upload_iq2_grid() {
@@ -515,7 +517,7 @@ template <class F>
 __device__ __forceinline__ const uint2* setup_grid(uint8_t* smem) {
   if constexpr (std::is_same_v<F, FmtIQ2_XXS>) {
     uint2* g = reinterpret_cast<uint2*>(smem);
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) g[i] = c_iq2xxs_grid[i];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) g[i] = __ldg(&c_iq2xxs_grid[i]);
     __syncthreads();
     return g;
   } else {

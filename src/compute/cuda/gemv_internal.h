@@ -33,6 +33,10 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
 // Lanes per row: the smallest power of two >= the row's work items, at most 32.
 int lanes_per_row_log2(int64_t items);
 
+// Opts `kernel` in to more than 48 KiB of dynamic shared memory when `bytes` needs it (once per
+// kernel); fails naming `what` beyond 200 KiB.
+void allow_smem(const void* kernel, size_t bytes, const char* what);
+
 // True when a float-format row can be read as 16-byte chunks.
 bool float_rows_vectorizable(const DevMatrix& w);
 

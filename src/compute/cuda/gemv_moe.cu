@@ -184,16 +184,16 @@ struct XPlan {
 };
 
 template <class F>
-XPlan plan_x(int64_t n_in, int64_t n_out) {
+XPlan plan_x(int64_t n_in, int64_t n_out, int64_t pairs) {
   XPlan x;
   if constexpr (F::kFloat) {
-    x.f = plan_f<F>(n_in, n_out, 0);
+    x.f = plan_f<F, 1>(n_in, n_out, 0, pairs);
     x.rb = x.f.rb, x.smem = x.f.smem;
   } else {
-    x.q = plan_q<F, 1>(n_in, n_out, 0);
+    x.q = plan_q<F, 1>(n_in, n_out, 0, pairs);
     x.rb = x.q.rb, x.smem = x.q.smem;
   }
-  if (x.smem > 48 * 1024) fail("CUDA moe_experts: {} bytes of shared memory for rows of {}", x.smem, n_in);
+  if (x.smem > 200 * 1024) fail("CUDA moe_experts: {} bytes of shared memory for rows of {}", x.smem, n_in);
   return x;
 }
 
@@ -204,7 +204,7 @@ __device__ void cta_dot1(const uint8_t* w, size_t row_stride, int64_t n_in, int 
                          int64_t row, const XPlan& pl, uint8_t* smem, float* res_out) {
   if constexpr (F::kFloat) {
     uint8_t* stage = smem;
-    float* res = reinterpret_cast<float*>(stage + pl.f.rb * pl.f.slice);
+    float* res = reinterpret_cast<float*>(stage + pl.f.rb * pl.f.slice + static_cast<size_t>(pl.f.seg_elems) * 4);
     cta_fdot<F, 1>(w, row_stride, n_in, nrows, xf + row * n_in, n_in, 1, pl.f, stage, res);
     for (int t = threadIdx.x; t < nrows; t += blockDim.x) res_out[t] = res[t];
   } else {
@@ -230,7 +230,7 @@ __device__ __forceinline__ float expf_cpu(float x) { return static_cast<float>(e
 // blockIdx.y = pair p0 + y; block = pl.rb rows of gate and up. h[p][o] is the CPU's
 // swiglu(gate . x, up . x) * weight, bit for bit (glibc expf: see cuda_util.cuh expf_ref).
 template <class F>
-__global__ void __launch_bounds__(kThreads) k_xmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff,
+__global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff,
                                                            int64_t n_expert, ActQ aq, const float* xf,
                                                            const int32_t* experts, const float* weights, int64_t k,
                                                            int64_t p0, float limit, float* h, XPlan pl) {
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) k_xmoe_gate_up(ExpertArgs gate, Expe
 
 // blockIdx.y = pair p0 + y; out[p][o] = down_e . h[p].
 template <class F>
-__global__ void __launch_bounds__(kThreads) k_xmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
+__global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
                                                         ActQ hq, const float* hf, const int32_t* experts, int64_t p0,
                                                         float* out, XPlan pl) {
   extern __shared__ uint4 smem4[];
@@ -296,7 +296,8 @@ __global__ void k_moe_slot_sum(const float* out, int64_t rows, int64_t k, int64_
 template <class F>
 void launch_xgate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, const float* xf, const int32_t* experts,
                      const float* weights, int64_t pairs, int64_t k, float limit, float* h, cudaStream_t s) {
-  const XPlan pl = plan_x<F>(gate.first.n_in, gate.first.n_out);
+  const XPlan pl = plan_x<F>(gate.first.n_in, gate.first.n_out, pairs);
+  allow_smem(reinterpret_cast<const void*>(k_xmoe_gate_up<F>), pl.smem, "moe_experts gate/up");
   const int64_t gx = (gate.first.n_out + pl.rb - 1) / pl.rb;
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
@@ -311,7 +312,8 @@ void launch_xgate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, cons
 template <class F>
 void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_t* experts, int64_t pairs, float* out,
                   cudaStream_t s) {
-  const XPlan pl = plan_x<F>(down.first.n_in, down.first.n_out);
+  const XPlan pl = plan_x<F>(down.first.n_in, down.first.n_out, pairs);
+  allow_smem(reinterpret_cast<const void*>(k_xmoe_down<F>), pl.smem, "moe_experts down");
   const int64_t gx = (down.first.n_out + pl.rb - 1) / pl.rb;
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
