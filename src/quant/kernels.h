@@ -58,4 +58,20 @@ void dequantize_row_f16_avx2(const void* src, float* dst, int64_t n);
 void dequantize_row_bf16_avx2(const void* src, float* dst, int64_t n);
 #endif
 
+// Rows x tokens product: y[t * y_stride + r] = dot(weight row r at w + r * w_stride, activation
+// row t at act + t * act_stride) for r < rows, t < tokens, over n elements; equal bit for bit
+// to the scalar kernel of the format.
+using GemmFn = void (*)(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                        int64_t tokens, float* y, int64_t y_stride, int64_t n);
+
+#if DS4_HAVE_AVX512_BUILD
+// --- gemm_avx512.cpp (AVX-512 F/BW/VL/DQ + VNNI + BMI2; run-time checked in quant.cpp) ---
+void gemm_q8_0_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                      int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemm_q2_K_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                      int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemm_iq2_xxs_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                         int64_t tokens, float* y, int64_t y_stride, int64_t n);
+#endif
+
 }  // namespace ds4::quant

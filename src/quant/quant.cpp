@@ -3,6 +3,7 @@
 #include "quant/quant.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -57,6 +58,31 @@ bool detect_avx2_fma_f16c() {
   return b & (1u << 5);  // AVX2
 }
 #endif
+
+#if DS4_HAVE_AVX512_BUILD
+// AVX-512 F, DQ, BW, VL and VNNI, BMI2 (pdep), and the OS saving opmask and ZMM state
+// (XCR0 bits 5, 6, 7 besides 1, 2).
+bool detect_avx512_vnni() {
+  if (!detect_avx2_fma_f16c()) return false;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  if ((xcr0_lo & 0xE6u) != 0xE6u) return false;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30), vl = b & (1u << 31);
+  const bool bmi2 = b & (1u << 8), vnni = c & (1u << 11);
+  return f && dq && bw && vl && bmi2 && vnni;
+}
+#endif
+
+bool cpu_has_avx512_vnni() {
+#if DS4_HAVE_AVX512_BUILD
+  static const bool yes = detect_avx512_vnni() && !std::getenv("DS4_NO_AVX512");
+  return yes;
+#else
+  return false;
+#endif
+}
 
 bool cpu_has_avx2() {
 #if DS4_HAVE_AVX2_BUILD
@@ -279,5 +305,22 @@ float vec_dot_scalar(GgmlType weight_type, const void* w_row, const void* act_ro
 }
 
 DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel", weight_type, true); }
+
+bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
+
+GemmKernel gemm_kernel(GgmlType weight_type) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) {
+    switch (weight_type) {
+      case GgmlType::Q8_0: return gemm_q8_0_avx512;
+      case GgmlType::Q2_K: return gemm_q2_K_avx512;
+      case GgmlType::IQ2_XXS: return gemm_iq2_xxs_avx512;
+      default: break;
+    }
+  }
+#endif
+  (void)weight_type;
+  return nullptr;
+}
 
 }  // namespace ds4::quant

@@ -55,4 +55,19 @@ bool have_avx2();
 using DotKernel = float (*)(const void* w_row, const void* act_row, int64_t n);
 DotKernel dot_kernel(GgmlType weight_type);
 
+// Blocked rows x tokens product for batches (prefill): y[t * y_stride + r] = the dot of weight
+// row r (at w + r * w_stride) with activation row t (at act + t * act_stride, in
+// vec_dot_type), for r < rows and t < tokens. Each weight block is decoded once per call and
+// serves every token. Results equal dot_kernel's bit for bit (tested). Null when this CPU
+// has no blocked kernel for the type (today: Q8_0, Q2_K, IQ2_XXS with AVX-512 + VNNI); the
+// caller then loops over dot_kernel. No argument checks, as for dot_kernel.
+using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                            int64_t tokens, float* y, int64_t y_stride, int64_t n);
+GemmKernel gemm_kernel(GgmlType weight_type);
+
+// True when the AVX-512 F/BW/VL/DQ + VNNI (+ BMI2) kernels are compiled in, the CPU and OS
+// support them, and DS4_NO_AVX512 is not set in the environment (set it to measure or test
+// the AVX2 path on an AVX-512 machine).
+bool have_avx512_vnni();
+
 }  // namespace ds4::quant

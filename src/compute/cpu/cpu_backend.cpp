@@ -16,6 +16,11 @@ namespace ds4::compute {
 
 namespace cpu {
 
+namespace {
+// Fewest tokens for which the blocked kernel beats the per-row one (decode keeps per-row).
+constexpr int64_t kGemmMinTokens = 2;
+}  // namespace
+
 void decode_row(const Matrix& m, int64_t r, float* out) {
   const uint8_t* src = m.row(r);
   switch (m.type) {
@@ -51,6 +56,8 @@ void CpuBackend::fill(float* x, int64_t n, float value) { std::fill(x, x + n, va
 void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
                         int64_t y_stride) {
   if (rows <= 0 || w.n_out <= 0) return;
+  if (w.n_in % traits(w.type).block_elems != 0)
+    fail("matmul: {} row of {} elements is not a whole number of blocks", traits(w.type).name, w.n_in);
   const int64_t xs = x_stride ? x_stride : w.n_in, ys = y_stride ? y_stride : w.n_out;
   // Activations go to the format the weight's dot product expects (Q8_0 / Q8_K for quantized
   // weights, as ggml and ds4 do; f32 rows are used as they are).
@@ -67,9 +74,24 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y,
     });
     acts = q;
   }
+  // Batches (prefill, an expert's tokens) take the blocked rows x tokens kernel where the CPU
+  // has one: each 16-row panel of weights is decoded once and serves every token. Its results
+  // equal the per-row kernel's bit for bit, so prefill, chunked prefill and decode agree.
+  if (rows >= kGemmMinTokens) {
+    if (quant::GemmKernel gemm = quant::gemm_kernel(w.type)) {
+      constexpr int64_t kPanel = 16;
+      const int64_t n_panels = (w.n_out + kPanel - 1) / kPanel;
+      parallel(n_panels, 2, [&](int64_t p0, int64_t p1) {
+        const int64_t o0 = p0 * kPanel, o1 = std::min(w.n_out, p1 * kPanel);
+        gemm(w.row(o0), w.row_stride, o1 - o0, acts, abytes, rows, y + o0, ys, w.n_in);
+      });
+      return;
+    }
+  }
   // Tiles of kTile weight rows stay in cache while every activation row passes over them, so
   // each weight byte is read from memory once per call. Every (row, token) dot is computed the
   // same way whatever the batch, which keeps prefill and decode identical.
+  const quant::DotKernel dot = quant::dot_kernel(w.type);  // checked once, not per row
   constexpr int64_t kTile = 16;
   const int64_t n_tiles = (w.n_out + kTile - 1) / kTile;
   const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, w.n_in * rows * kTile));
@@ -79,7 +101,7 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y,
       for (int64_t r = 0; r < rows; ++r) {
         const uint8_t* a = acts + static_cast<size_t>(r) * abytes;
         float* yr = y + r * ys;
-        for (int64_t o = o0; o < o1; ++o) yr[o] = quant::vec_dot(w.type, w.row(o), a, w.n_in);
+        for (int64_t o = o0; o < o1; ++o) yr[o] = dot(w.row(o), a, w.n_in);
       }
     }
   });

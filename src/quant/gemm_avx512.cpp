@@ -1,0 +1,417 @@
+// Blocked rows x tokens matrix products (AVX-512 F/BW/VL/DQ + VNNI) for Q8_0, Q2_K and
+// IQ2_XXS weights. Compiled with the AVX-512 flags and called only after a run-time CPU check
+// (quant.cpp), for batches of several tokens; a one-token product keeps the per-row kernels.
+//
+// Layout: 16 weight rows form a panel. Each super-block of the panel is decoded once into
+// unsigned bytes interleaved by dword (byte 4g..4g+3 of row r at lane r of group g), so one
+// VNNI vpdpbusd against 4 broadcast activation bytes advances the 16 row sums at once and no
+// horizontal reduction is needed. The decoded panel then serves every token of the batch.
+//
+// Exactness contract (as dot_avx2_int.cpp): every integer partial sum is exact for every
+// input byte (signed weights are stored as w + 128, and the exact 128 * sum(activations) is
+// subtracted; vpdpbusd does not saturate), and the float work per (row, token, block) is the
+// scalar kernel's expression in the scalar kernel's order (lane_sum.h for Q8_0 and Q2_K, one
+// running sum for IQ2_XXS). So results equal the scalar kernels bit for bit. -ffp-contract=off
+// keeps mul + add from fusing. No std:: or shared inline helpers are used here, so no
+// AVX-512-compiled copy of a common inline function can reach portable code.
+#include <immintrin.h>
+#include <stdlib.h>
+
+#include "quant/blocks.h"
+#include "quant/iq2_tables.h"
+#include "quant/iq2_xxs.h"
+#include "quant/kernels.h"
+
+namespace ds4::quant {
+
+namespace {
+
+constexpr int kPanel = 16;  // rows per panel = int32 lanes of a zmm
+
+// Heap scratch owned by one kernel call (malloc'ed: the library functions are not inline).
+struct Scratch {
+  void* p = nullptr;
+  explicit Scratch(size_t bytes) {
+    p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) __builtin_trap();
+  }
+  ~Scratch() { free(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+};
+
+inline float f16_to_f32(uint16_t h) { return _cvtsh_ss(h); }
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// out[g * 16 + r] = dword g of src[r] (8 dwords each) xor flip, for g < 8, r < 16.
+inline void transpose16x8(const uint8_t* const src[kPanel], uint32_t* out, __m512i flip) {
+  // z[k] holds rows (k, k + 4) for k < 4 and rows (k + 4, k + 8) for k >= 4, so the final
+  // 128-bit shuffle puts rows 0..15 in natural order.
+  __m512i z[8];
+  for (int k = 0; k < 8; ++k) {
+    const int lo = k < 4 ? k : k + 4, hi = lo + 4;
+    z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(src[lo])), load256(src[hi]), 1);
+  }
+  __m512i t[8];
+  for (int k = 0; k < 2; ++k) {  // rows z[4k..4k+3]
+    const __m512i a = z[4 * k], b = z[4 * k + 1], c = z[4 * k + 2], d = z[4 * k + 3];
+    const __m512i ab_lo = _mm512_unpacklo_epi32(a, b), ab_hi = _mm512_unpackhi_epi32(a, b);
+    const __m512i cd_lo = _mm512_unpacklo_epi32(c, d), cd_hi = _mm512_unpackhi_epi32(c, d);
+    t[4 * k + 0] = _mm512_unpacklo_epi64(ab_lo, cd_lo);  // dwords 0 | 4 of each 128-bit lane pair
+    t[4 * k + 1] = _mm512_unpackhi_epi64(ab_lo, cd_lo);  // 1 | 5
+    t[4 * k + 2] = _mm512_unpacklo_epi64(ab_hi, cd_hi);  // 2 | 6
+    t[4 * k + 3] = _mm512_unpackhi_epi64(ab_hi, cd_hi);  // 3 | 7
+  }
+  for (int g = 0; g < 4; ++g) {
+    const __m512i u = t[g], v = t[4 + g];
+    _mm512_store_si512(out + g * kPanel, _mm512_xor_si512(_mm512_shuffle_i32x4(u, v, 0x88), flip));
+    _mm512_store_si512(out + (g + 4) * kPanel, _mm512_xor_si512(_mm512_shuffle_i32x4(u, v, 0xDD), flip));
+  }
+}
+
+// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) per row lane (lane_sum.h).
+inline __m512 fold8(const __m512 l[8]) {
+  const __m512 a0 = _mm512_add_ps(l[0], l[4]), a1 = _mm512_add_ps(l[1], l[5]);
+  const __m512 a2 = _mm512_add_ps(l[2], l[6]), a3 = _mm512_add_ps(l[3], l[7]);
+  return _mm512_add_ps(_mm512_add_ps(a0, a2), _mm512_add_ps(a1, a3));
+}
+
+inline void store_rows(float* y, __m512 v, int64_t rows) {
+  const __mmask16 m = rows >= kPanel ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rows) - 1);
+  _mm512_mask_storeu_ps(y, m, v);
+}
+
+inline __m512i bcast32(const void* p) {
+  int v;
+  __builtin_memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// 128 * (sum of the 32 quants of a sub-block): sad(y ^ 0x80, 0) - 32 * 128. Computed from the
+// quants, not from bsums, so that any activation bytes give the scalar kernel's result.
+inline int32_t sum128_32(const int8_t* q) {
+  const __m256i u = _mm256_xor_si256(load256(q), _mm256_set1_epi8(static_cast<char>(0x80)));
+  const __m256i s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+  const __m128i h = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+  return static_cast<int32_t>((_mm_cvtsi128_si64(h) + _mm_extract_epi64(h, 1) - 32 * 128) * 128);
+}
+
+// 8 dwords of u8 weights (group stride 16 dwords) against 32 activation bytes.
+inline __m512i dot32(const uint32_t* wq, const int8_t* a) {
+  __m512i s = _mm512_setzero_si512();
+  for (int g = 0; g < 8; ++g)
+    s = _mm512_dpbusd_epi32(s, _mm512_load_si512(wq + g * kPanel), bcast32(a + 4 * g));
+  return s;
+}
+
+const uint8_t kZeroRow[256] = {};
+
+// ---------------------------------------------------------------- Q8_0 -----------------
+// Panel block b: 8 groups x 16 lanes of (w + 128) bytes, then 16 float scales.
+constexpr int kQ8PanelBlockWords = 8 * kPanel + kPanel;
+
+void q8_0_pack(const BlockQ8_0* const rowp[kPanel], int64_t nb, uint32_t* panel) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t* pb = panel + b * kQ8PanelBlockWords;
+    const uint8_t* src[kPanel];
+    float* dx = reinterpret_cast<float*>(pb + 8 * kPanel);
+    for (int r = 0; r < kPanel; ++r) {
+      if (rowp[r]) {
+        src[r] = reinterpret_cast<const uint8_t*>(rowp[r][b].qs);
+        dx[r] = f16_to_f32(rowp[r][b].d);
+      } else {
+        src[r] = kZeroRow;  // padding row: zero weights and scale, never stored
+        dx[r] = 0.0f;
+      }
+    }
+    transpose16x8(src, pb, flip);
+  }
+}
+
+// Per activation block: the f16 scale as float and 128 * (sum of the 32 quants).
+struct ActQ8_0 {
+  float d;
+  int32_t sum128;
+};
+
+void q8_0_act_aux(const uint8_t* act, size_t as, int64_t tokens, int64_t nb, ActQ8_0* aux) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto* y = reinterpret_cast<const BlockQ8_0*>(act + t * as);
+    for (int64_t b = 0; b < nb; ++b) aux[t * nb + b] = {f16_to_f32(y[b].d), sum128_32(y[b].qs)};
+  }
+}
+
+template <int L>
+inline void q8_0_step(const uint32_t* pb, const uint8_t* a0, const ActQ8_0& x0, __m512* acc0) {
+  const __m512i dp = _mm512_sub_epi32(dot32(pb, reinterpret_cast<const int8_t*>(a0)), _mm512_set1_epi32(x0.sum128));
+  const __m512 dd = _mm512_mul_ps(_mm512_load_ps(reinterpret_cast<const float*>(pb + 8 * kPanel)), _mm512_set1_ps(x0.d));
+  acc0[L] = _mm512_add_ps(acc0[L], _mm512_mul_ps(_mm512_cvtepi32_ps(dp), dd));
+}
+
+template <int L>
+inline void q8_0_steps(const uint32_t* panel, int64_t b, const uint8_t* act, const ActQ8_0* aux, __m512* acc) {
+  const int64_t bb = b + L;
+  q8_0_step<L>(panel + bb * kQ8PanelBlockWords, act + bb * sizeof(BlockQ8_0) + 2, aux[bb], acc);
+}
+
+void q8_0_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, const ActQ8_0* aux, float* y,
+                      int64_t rows) {
+  __m512 acc[8];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    q8_0_steps<0>(panel, b, act, aux, acc);
+    q8_0_steps<1>(panel, b, act, aux, acc);
+    q8_0_steps<2>(panel, b, act, aux, acc);
+    q8_0_steps<3>(panel, b, act, aux, acc);
+    q8_0_steps<4>(panel, b, act, aux, acc);
+    q8_0_steps<5>(panel, b, act, aux, acc);
+    q8_0_steps<6>(panel, b, act, aux, acc);
+    q8_0_steps<7>(panel, b, act, aux, acc);
+  }
+  const int64_t rem = nb - b;  // block b + j lands in lane j (b is a multiple of 8)
+  if (rem > 0) q8_0_steps<0>(panel, b, act, aux, acc);
+  if (rem > 1) q8_0_steps<1>(panel, b, act, aux, acc);
+  if (rem > 2) q8_0_steps<2>(panel, b, act, aux, acc);
+  if (rem > 3) q8_0_steps<3>(panel, b, act, aux, acc);
+  if (rem > 4) q8_0_steps<4>(panel, b, act, aux, acc);
+  if (rem > 5) q8_0_steps<5>(panel, b, act, aux, acc);
+  if (rem > 6) q8_0_steps<6>(panel, b, act, aux, acc);
+  store_rows(y, fold8(acc), rows);
+}
+
+// ---------------------------------------------------------------- Q2_K -----------------
+// Panel super-block: 64 groups of u8 (scale * code, <= 45), 8 groups of int16 min pairs,
+// then d and dmin as floats.
+constexpr int kQ2PanelWords = 64 * kPanel + 8 * kPanel + 2 * kPanel;
+
+void q2_K_decode_row(const BlockQ2_K& x, uint8_t* out /*256*/, uint32_t* mins /*8, stride 16*/) {
+  const __m256i m3 = _mm256_set1_epi8(3);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i q = load256(x.qs + 32 * h);
+    for (int s = 0; s < 4; ++s) {
+      const uint32_t sa = x.scales[8 * h + 2 * s] & 0xF, sb = x.scales[8 * h + 2 * s + 1] & 0xF;
+      const __m256i tbl = _mm256_setr_epi32(static_cast<int>((sa << 8) | (2 * sa << 16) | (3 * sa << 24)), 0, 0, 0,
+                                            static_cast<int>((sb << 8) | (2 * sb << 16) | (3 * sb << 24)), 0, 0, 0);
+      const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 128 * h + 32 * s), _mm256_shuffle_epi8(tbl, codes));
+    }
+  }
+  for (int i = 0; i < 8; ++i)
+    mins[i * kPanel] = static_cast<uint32_t>(x.scales[2 * i] >> 4) | (static_cast<uint32_t>(x.scales[2 * i + 1] >> 4) << 16);
+}
+
+void q2_K_pack(const BlockQ2_K* const rowp[kPanel], int64_t nb, uint32_t* panel) {
+  alignas(64) uint8_t dec[kPanel][256];
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t* pb = panel + b * kQ2PanelWords;
+    uint32_t* mins = pb + 64 * kPanel;
+    float* d = reinterpret_cast<float*>(pb + 72 * kPanel);
+    for (int r = 0; r < kPanel; ++r) {
+      if (rowp[r]) {
+        q2_K_decode_row(rowp[r][b], dec[r], mins + r);
+        d[r] = f16_to_f32(rowp[r][b].d);
+        d[kPanel + r] = f16_to_f32(rowp[r][b].dmin);
+      } else {
+        __builtin_memset(dec[r], 0, 256);
+        for (int i = 0; i < 8; ++i) mins[i * kPanel + r] = 0;
+        d[r] = d[kPanel + r] = 0.0f;
+      }
+    }
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* src[kPanel];
+      for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
+      transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
+    }
+  }
+}
+
+template <int L>
+inline void q2_K_step(const uint32_t* panel, int64_t b, const BlockQ8_K* y, __m512* acc) {
+  const int64_t bb = b + L;
+  const uint32_t* pb = panel + bb * kQ2PanelWords;
+  const BlockQ8_K& a = y[bb];
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  for (int c = 0; c < 8; c += 2) {
+    s0 = _mm512_add_epi32(s0, dot32(pb + c * 8 * kPanel, a.qs + 32 * c));
+    s1 = _mm512_add_epi32(s1, dot32(pb + (c + 1) * 8 * kPanel, a.qs + 32 * (c + 1)));
+  }
+  const __m512i isum = _mm512_add_epi32(s0, s1);
+  __m512i summs = _mm512_setzero_si512();
+  const uint32_t* mins = pb + 64 * kPanel;
+  for (int i = 0; i < 8; ++i)
+    summs = _mm512_dpwssd_epi32(summs, _mm512_load_si512(mins + i * kPanel), bcast32(a.bsums + 2 * i));
+  const float* d = reinterpret_cast<const float*>(pb + 72 * kPanel);
+  const __m512 yd = _mm512_set1_ps(a.d);
+  const __m512 dall = _mm512_mul_ps(yd, _mm512_load_ps(d));
+  const __m512 dmin = _mm512_mul_ps(yd, _mm512_load_ps(d + kPanel));
+  const __m512 v = _mm512_sub_ps(_mm512_mul_ps(dall, _mm512_cvtepi32_ps(isum)), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(summs)));
+  acc[L] = _mm512_add_ps(acc[L], v);
+}
+
+void q2_K_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, float* y, int64_t rows) {
+  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
+  __m512 acc[8];
+  for (auto& v : acc) v = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    q2_K_step<0>(panel, b, a, acc);
+    q2_K_step<1>(panel, b, a, acc);
+    q2_K_step<2>(panel, b, a, acc);
+    q2_K_step<3>(panel, b, a, acc);
+    q2_K_step<4>(panel, b, a, acc);
+    q2_K_step<5>(panel, b, a, acc);
+    q2_K_step<6>(panel, b, a, acc);
+    q2_K_step<7>(panel, b, a, acc);
+  }
+  const int64_t rem = nb - b;
+  if (rem > 0) q2_K_step<0>(panel, b, a, acc);
+  if (rem > 1) q2_K_step<1>(panel, b, a, acc);
+  if (rem > 2) q2_K_step<2>(panel, b, a, acc);
+  if (rem > 3) q2_K_step<3>(panel, b, a, acc);
+  if (rem > 4) q2_K_step<4>(panel, b, a, acc);
+  if (rem > 5) q2_K_step<5>(panel, b, a, acc);
+  if (rem > 6) q2_K_step<6>(panel, b, a, acc);
+  store_rows(y, fold8(acc), rows);
+}
+
+// ------------------------------------------------------------- IQ2_XXS -----------------
+// Panel super-block: 64 groups of (signed grid value + 128) bytes, 8 groups of int32
+// sub-block scales 2s+1, then d as floats.
+constexpr int kIq2PanelWords = 64 * kPanel + 8 * kPanel + kPanel;
+
+void iq2_xxs_decode_row(const BlockIQ2_XXS& x, uint8_t* out /*256*/, uint32_t* ls /*8, stride 16*/) {
+  constexpr uint64_t kBias = 0x8080808080808080ull;
+  for (int ib = 0; ib < 8; ++ib) {
+    uint32_t aux[2];
+    __builtin_memcpy(aux, x.qs + 4 * ib, sizeof aux);
+    ls[ib * kPanel] = 2 * (aux[1] >> 28) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const uint64_t g = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];  // bytes <= 43
+      const uint8_t sg = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
+      // Byte j: 128 + g_j, or 128 - g_j where sign bit j is set (no carry or borrow crosses
+      // a byte since g_j <= 43).
+      const uint64_t mask = _pdep_u64(sg, 0x0101010101010101ull) * 0xFF;
+      const uint64_t v = ((kBias + g) & ~mask) | ((kBias - g) & mask);
+      __builtin_memcpy(out + 32 * ib + 8 * l, &v, 8);
+    }
+  }
+}
+
+void iq2_xxs_pack(const BlockIQ2_XXS* const rowp[kPanel], int64_t nb, uint32_t* panel) {
+  alignas(64) uint8_t dec[kPanel][256];
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t* pb = panel + b * kIq2PanelWords;
+    uint32_t* ls = pb + 64 * kPanel;
+    float* d = reinterpret_cast<float*>(pb + 72 * kPanel);
+    for (int r = 0; r < kPanel; ++r) {
+      if (rowp[r]) {
+        iq2_xxs_decode_row(rowp[r][b], dec[r], ls + r);
+        d[r] = f16_to_f32(rowp[r][b].d);
+      } else {
+        __builtin_memset(dec[r], 0x80, 256);  // value 0 after the -128 bias
+        for (int i = 0; i < 8; ++i) ls[i * kPanel + r] = 0;
+        d[r] = 0.0f;
+      }
+    }
+    for (int c = 0; c < 8; ++c) {
+      const uint8_t* src[kPanel];
+      for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
+      transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
+    }
+  }
+}
+
+void q8_K_sub_sums(const uint8_t* act, size_t as, int64_t tokens, int64_t nb, int32_t* out /*[t][b][8]*/) {
+  for (int64_t t = 0; t < tokens; ++t) {
+    const auto* y = reinterpret_cast<const BlockQ8_K*>(act + t * as);
+    for (int64_t b = 0; b < nb; ++b)
+      for (int j = 0; j < 8; ++j) out[(t * nb + b) * 8 + j] = sum128_32(y[b].qs + 32 * j);
+  }
+}
+
+void iq2_xxs_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, const int32_t* sub128, float* y,
+                         int64_t rows) {
+  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
+  __m512 sumf = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint32_t* pb = panel + b * kIq2PanelWords;
+    const uint32_t* ls = pb + 64 * kPanel;
+    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    for (int j = 0; j < 8; j += 2) {
+      const __m512i d0 = _mm512_sub_epi32(dot32(pb + j * 8 * kPanel, a[b].qs + 32 * j), _mm512_set1_epi32(sub128[b * 8 + j]));
+      const __m512i d1 = _mm512_sub_epi32(dot32(pb + (j + 1) * 8 * kPanel, a[b].qs + 32 * (j + 1)),
+                                          _mm512_set1_epi32(sub128[b * 8 + j + 1]));
+      s0 = _mm512_add_epi32(s0, _mm512_mullo_epi32(d0, _mm512_load_si512(ls + j * kPanel)));
+      s1 = _mm512_add_epi32(s1, _mm512_mullo_epi32(d1, _mm512_load_si512(ls + (j + 1) * kPanel)));
+    }
+    const __m512i bsum = _mm512_add_epi32(s0, s1);
+    const __m512 d = _mm512_mul_ps(_mm512_load_ps(reinterpret_cast<const float*>(pb + 72 * kPanel)), _mm512_set1_ps(a[b].d));
+    sumf = _mm512_add_ps(sumf, _mm512_mul_ps(d, _mm512_cvtepi32_ps(bsum)));
+  }
+  store_rows(y, _mm512_mul_ps(_mm512_set1_ps(0.125f), sumf), rows);
+}
+
+// ------------------------------------------------------------------ driver -------------
+template <class Block>
+void panel_rows(const void* w, size_t ws, int64_t r0, int64_t rows, const Block* rowp[kPanel]) {
+  for (int r = 0; r < kPanel; ++r)
+    rowp[r] = r0 + r < rows ? reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r0 + r) * ws) : nullptr;
+}
+
+}  // namespace
+
+void gemm_q8_0_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
+                      int64_t ys, int64_t n) {
+  const int64_t nb = n / kQK8_0;
+  if (rows <= 0 || tokens <= 0 || nb <= 0) return;
+  Scratch panel(static_cast<size_t>(nb) * kQ8PanelBlockWords * 4);
+  Scratch aux(static_cast<size_t>(tokens * nb) * sizeof(ActQ8_0));
+  const auto* a = static_cast<const uint8_t*>(act);
+  q8_0_act_aux(a, as, tokens, nb, static_cast<ActQ8_0*>(aux.p));
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanel) {
+    const BlockQ8_0* rowp[kPanel];
+    panel_rows(w, ws, r0, rows, rowp);
+    q8_0_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
+    for (int64_t t = 0; t < tokens; ++t)
+      q8_0_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as, static_cast<const ActQ8_0*>(aux.p) + t * nb,
+                       y + t * ys + r0, rows - r0);
+  }
+}
+
+void gemm_q2_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
+                      int64_t ys, int64_t n) {
+  const int64_t nb = n / kQK_K;
+  if (rows <= 0 || tokens <= 0 || nb <= 0) return;
+  Scratch panel(static_cast<size_t>(nb) * kQ2PanelWords * 4);
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanel) {
+    const BlockQ2_K* rowp[kPanel];
+    panel_rows(w, ws, r0, rows, rowp);
+    q2_K_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
+    for (int64_t t = 0; t < tokens; ++t)
+      q2_K_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as, y + t * ys + r0, rows - r0);
+  }
+}
+
+void gemm_iq2_xxs_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
+                         int64_t ys, int64_t n) {
+  const int64_t nb = n / kIq2xxsBlockElems;
+  if (rows <= 0 || tokens <= 0 || nb <= 0) return;
+  Scratch panel(static_cast<size_t>(nb) * kIq2PanelWords * 4);
+  Scratch sub(static_cast<size_t>(tokens * nb) * 8 * sizeof(int32_t));
+  const auto* a = static_cast<const uint8_t*>(act);
+  q8_K_sub_sums(a, as, tokens, nb, static_cast<int32_t*>(sub.p));
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanel) {
+    const BlockIQ2_XXS* rowp[kPanel];
+    panel_rows(w, ws, r0, rows, rowp);
+    iq2_xxs_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
+    for (int64_t t = 0; t < tokens; ++t)
+      iq2_xxs_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as,
+                          static_cast<const int32_t*>(sub.p) + t * nb * 8, y + t * ys + r0, rows - r0);
+  }
+}
+
+}  // namespace ds4::quant

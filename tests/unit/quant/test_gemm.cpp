@@ -1,0 +1,142 @@
+// Blocked rows x tokens kernels (quant::gemm_kernel, AVX-512 + VNNI): every (row, token)
+// output must equal the scalar per-row kernel's float bit for bit, for random block bytes
+// (any quants, -128 included, in weights and activations), rows that do not fill a 16-row
+// panel, every block-count remainder mod 8, padded strides, and real quantized rows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ggml_quant.h"
+#include "quant/kernels.h"
+#include "quant/quant.h"
+#if DS4_HAVE_IQ2_XXS
+#include "quant/iq2_xxs.h"
+#endif
+
+namespace ds4::test {
+namespace {
+
+struct GemmFormat {
+  GgmlType type;
+  size_t block_bytes;
+  int block_elems;
+  std::vector<size_t> half_offsets;  // f16 scales inside a weight block
+  quant::DotFn scalar;
+};
+
+std::vector<GemmFormat> gemm_formats() {
+  std::vector<GemmFormat> f = {{GgmlType::Q8_0, 34, 32, {0}, quant::vec_dot_q8_0_q8_0_scalar},
+                               {GgmlType::Q2_K, 84, 256, {80, 82}, quant::vec_dot_q2_K_q8_K_scalar}};
+#if DS4_HAVE_IQ2_XXS
+  f.push_back({GgmlType::IQ2_XXS, 66, 256, {0}, quant::vec_dot_iq2_xxs_q8_K_scalar});
+#endif
+  return f;
+}
+
+size_t act_block_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 34 : 292; }
+
+// Activation blocks with random quants (and bsums consistent with them, as the Q8_K layout
+// promises: the Q2_K dot reads bsums) and a random finite scale.
+std::vector<uint8_t> random_acts(std::mt19937& rng, GgmlType wtype, int64_t nb) {
+  const size_t bb = act_block_bytes(wtype);
+  auto a = random_bytes(rng, bb * static_cast<size_t>(nb));
+  for (int64_t b = 0; b < nb; ++b) {
+    uint8_t* blk = &a[b * bb];
+    if (wtype == GgmlType::Q8_0) {
+      const uint16_t h = static_cast<uint16_t>(0x0400 + rng() % 0x7400);
+      std::memcpy(blk, &h, 2);
+    } else {
+      const float d = std::ldexp(static_cast<float>(rng() % 4096), -static_cast<int>(rng() % 40));
+      std::memcpy(blk, &d, 4);
+      const auto* qs = reinterpret_cast<const int8_t*>(blk + 4);
+      for (int j = 0; j < 16; ++j) {
+        int16_t s = 0;
+        for (int k = 0; k < 16; ++k) s = static_cast<int16_t>(s + qs[16 * j + k]);
+        std::memcpy(blk + 4 + 256 + 2 * j, &s, 2);
+      }
+    }
+  }
+  return a;
+}
+
+// Runs the blocked kernel and compares every output with the scalar kernel.
+void expect_equal_to_scalar(const GemmFormat& f, quant::GemmKernel gemm, const std::vector<uint8_t>& w,
+                            size_t w_stride, int64_t rows, const std::vector<uint8_t>& a, size_t a_stride,
+                            int64_t tokens, int64_t n, const std::string& what) {
+  const int64_t ys = rows + 3;  // padded output stride: the kernel must not write the gap
+  std::vector<float> y(static_cast<size_t>(tokens * ys), -7.0f);
+  gemm(w.data(), w_stride, rows, a.data(), a_stride, tokens, y.data(), ys, n);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float s = f.scalar(w.data() + r * w_stride, a.data() + t * a_stride, n);
+      const float v = y[t * ys + r];
+      if (std::isnan(s) && std::isnan(v)) continue;  // NaN payloads may differ (see test_dot.cpp)
+      ASSERT_EQ(bits(s), bits(v)) << traits(f.type).name << " " << what << " row " << r << " token " << t
+                                  << " scalar=" << s << " gemm=" << v;
+    }
+    for (int64_t r = rows; r < ys; ++r) ASSERT_EQ(y[t * ys + r], -7.0f) << "wrote past the rows, token " << t;
+  }
+}
+
+TEST(GemmExact, EqualsScalarOnRandomBlocks) {
+  if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1601);
+  const int64_t row_counts[] = {1, 15, 16, 17, 40};
+  const int64_t token_counts[] = {1, 2, 5};
+  for (const auto& f : gemm_formats()) {
+    quant::GemmKernel gemm = quant::gemm_kernel(f.type);
+    ASSERT_NE(gemm, nullptr) << traits(f.type).name;
+    const int max_nb = f.block_elems == 32 ? 41 : 18;
+    for (int nb = 1; nb <= max_nb; ++nb)
+      for (int64_t rows : row_counts)
+        for (int64_t tokens : token_counts) {
+          if ((nb + rows + tokens) % 3 != 0 && rows != 17) continue;  // a spread of shapes, not all
+          const size_t w_stride = f.block_bytes * nb + (rows % 2 ? 6 : 0);
+          const size_t a_stride = act_block_bytes(f.type) * nb + (tokens % 2 ? 10 : 0);
+          auto w = random_bytes(rng, w_stride * rows);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int b = 0; b < nb; ++b)
+              for (size_t off : f.half_offsets) {
+                const uint16_t h = (rng() % 8 == 0) ? edge_or_random_half(rng) : static_cast<uint16_t>(0x0400 + rng() % 0x7400);
+                std::memcpy(&w[r * w_stride + b * f.block_bytes + off], &h, 2);
+              }
+          std::vector<uint8_t> a(a_stride * tokens);
+          for (int64_t t = 0; t < tokens; ++t) {
+            auto at = random_acts(rng, f.type, nb);
+            std::memcpy(&a[t * a_stride], at.data(), at.size());
+          }
+          expect_equal_to_scalar(f, gemm, w, w_stride, rows, a, a_stride, tokens, nb * f.block_elems,
+                                 "nb=" + std::to_string(nb) + " rows=" + std::to_string(rows) +
+                                     " tokens=" + std::to_string(tokens));
+        }
+  }
+}
+
+TEST(GemmExact, EqualsScalarOnQuantizedRows) {
+  if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1602);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 1024, rows = 37, tokens = 9;
+  std::vector<float> wf(static_cast<size_t>(rows * n)), xf(static_cast<size_t>(tokens * n)), imat(static_cast<size_t>(n));
+  for (auto& v : wf) v = nd(rng);
+  for (auto& v : xf) v = nd(rng) * 3.0f;
+  for (auto& v : imat) v = 0.5f + std::fabs(nd(rng));
+  for (const auto& f : gemm_formats()) {
+    const size_t ws = f.block_bytes * static_cast<size_t>(n / f.block_elems);
+    std::vector<uint8_t> w(ws * rows);
+    quant::quantize_rows(f.type, wf.data(), w.data(), rows, n, imat.data());
+    const GgmlType at = quant::vec_dot_type(f.type);
+    const size_t as = act_block_bytes(f.type) * static_cast<size_t>(n / (at == GgmlType::Q8_0 ? 32 : 256));
+    std::vector<uint8_t> a(as * tokens);
+    for (int64_t t = 0; t < tokens; ++t) quant::quantize_activation_row(at, xf.data() + t * n, a.data() + t * as, n);
+    expect_equal_to_scalar(f, quant::gemm_kernel(f.type), w, ws, rows, a, as, tokens, n, "quantized");
+  }
+}
+
+TEST(GemmExact, NoKernelForOtherFormats) {
+  EXPECT_EQ(quant::gemm_kernel(GgmlType::F32), nullptr);
+  EXPECT_EQ(quant::gemm_kernel(GgmlType::Q6_K), nullptr);
+}
+
+}  // namespace
+}  // namespace ds4::test
