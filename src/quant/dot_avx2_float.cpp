@@ -75,4 +75,18 @@ float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n) {
       [wh](int64_t i) { return bf16_scalar(wh[i]); });
 }
 
+// y += a * x element by element: a rounded product, then a rounded add (no FMA), so every
+// element is the scalar kernel's float.
+void axpy_f32_avx2(float a, const float* x, float* y, int64_t n) {
+  const __m256 va = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(va, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i) {
+    float p = a * x[i];
+    __asm__("" : "+x"(p));
+    y[i] = y[i] + p;
+  }
+}
+
 }  // namespace ds4::quant

@@ -59,4 +59,8 @@ float vec_dot_bf16_f32_scalar(const void* w, const void* x, int64_t n) {
   return dot_lanes(static_cast<const float*>(x), n, [wh](int64_t i) { return bf16_to_fp32(wh[i]); });
 }
 
+void axpy_f32_scalar(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];  // no FMA: -ffp-contract=off
+}
+
 }  // namespace ds4::quant

@@ -283,20 +283,24 @@ void q2_K_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, flo
 constexpr int kIq2PanelWords = 64 * kPanel + 8 * kPanel + kPanel;
 
 void iq2_xxs_decode_row(const BlockIQ2_XXS& x, uint8_t* out /*256*/, uint32_t* ls /*8, stride 16*/) {
-  constexpr uint64_t kBias = 0x8080808080808080ull;
-  for (int ib = 0; ib < 8; ++ib) {
-    uint32_t aux[2];
-    __builtin_memcpy(aux, x.qs + 4 * ib, sizeof aux);
-    ls[ib * kPanel] = 2 * (aux[1] >> 28) + 1;
-    for (int l = 0; l < 4; ++l) {
-      const uint64_t g = iq2xxs_grid[(aux[0] >> (8 * l)) & 255];  // bytes <= 43
-      const uint8_t sg = ksigns_iq2xs[(aux[1] >> (7 * l)) & 127];
-      // Byte j: 128 + g_j, or 128 - g_j where sign bit j is set (no carry or borrow crosses
-      // a byte since g_j <= 43).
-      const uint64_t mask = _pdep_u64(sg, 0x0101010101010101ull) * 0xFF;
-      const uint64_t v = ((kBias + g) & ~mask) | ((kBias - g) & mask);
-      __builtin_memcpy(out + 32 * ib + 8 * l, &v, 8);
-    }
+  uint32_t q32[16];  // sub-block j: grid indices in q32[2j] (one byte each), signs + scale in q32[2j + 1]
+  __builtin_memcpy(q32, x.qs, sizeof q32);
+  alignas(8) uint8_t sg[32];  // sign byte of each 8-weight group (bit j set: weight j negative)
+  for (int j = 0; j < 8; ++j) {
+    const uint32_t a1 = q32[2 * j + 1];
+    ls[j * kPanel] = 2 * (a1 >> 28) + 1;
+    for (int l = 0; l < 4; ++l) sg[4 * j + l] = ksigns_iq2xs[(a1 >> (7 * l)) & 127];
+  }
+  const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
+  const auto* grid = reinterpret_cast<const long long*>(iq2xxs_grid);
+  for (int c = 0; c < 4; ++c) {  // sub-blocks 2c, 2c+1: 8 groups, 64 weights
+    const __m128i idx8 = _mm_set_epi32(0, 0, static_cast<int>(q32[4 * c + 2]), static_cast<int>(q32[4 * c]));
+    const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(idx8), grid, 8);  // bytes <= 43
+    uint64_t m;
+    __builtin_memcpy(&m, sg + 8 * c, 8);
+    // 128 + g, or 128 - g where the weight's sign bit is set (exact bytes: g <= 43).
+    const __m512i v = _mm512_mask_sub_epi8(_mm512_add_epi8(bias, g), static_cast<__mmask64>(m), bias, g);
+    _mm512_storeu_si512(out + 64 * c, v);
   }
 }
 
@@ -412,6 +416,56 @@ void gemm_iq2_xxs_avx512(const void* w, size_t ws, int64_t rows, const void* act
       iq2_xxs_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as,
                           static_cast<const int32_t*>(sub.p) + t * nb * 8, y + t * ys + r0, rows - r0);
   }
+}
+
+void axpy_f32_avx512(float a, const float* x, float* y, int64_t n) {
+  const __m512 va = _mm512_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(y + i, _mm512_add_ps(_mm512_loadu_ps(y + i), _mm512_mul_ps(va, _mm512_loadu_ps(x + i))));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 p = _mm512_mul_ps(va, _mm512_maskz_loadu_ps(m, x + i));
+    _mm512_mask_storeu_ps(y + i, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, y + i), p));
+  }
+}
+
+// As quantize_row_q8_0 (ggml's _ref rule), 16 floats at a time. roundf (ties away from zero)
+// is truncation plus one step away from zero where the exact remainder is at least 1/2.
+// x * (1/d) stays within [-127.00002, 127.00002] for finite rows, so the int8 narrowing is
+// exact; when 1/d overflows (denormal amax) the products are inf/NaN and convert to
+// 0x80000000, whose low byte 0 is what the scalar path stores too. Returns false when the row
+// holds a non-finite value (the caller then reports it); the output is garbage in that case.
+bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n) {
+  auto* b = static_cast<BlockQ8_0*>(dst);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512 inf = _mm512_set1_ps(__builtin_inff());
+  const __m512 half = _mm512_set1_ps(0.5f), one = _mm512_set1_ps(1.0f);
+  __mmask16 bad = 0;
+  for (int64_t i = 0; i < n / kQK8_0; ++i) {
+    const __m512 x0 = _mm512_loadu_ps(x + 32 * i), x1 = _mm512_loadu_ps(x + 32 * i + 16);
+    const __m512 a0 = _mm512_and_ps(x0, abs_mask), a1 = _mm512_and_ps(x1, abs_mask);
+    bad |= _mm512_cmp_ps_mask(a0, inf, _CMP_NLT_UQ) | _mm512_cmp_ps_mask(a1, inf, _CMP_NLT_UQ);  // inf or NaN
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    b[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 vid = _mm512_set1_ps(id);
+    __m512i q[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m512 p = _mm512_mul_ps(h ? x1 : x0, vid);
+      const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+      const __m512 frac = _mm512_and_ps(_mm512_sub_ps(p, t), abs_mask);
+      const __mmask16 up = _mm512_cmp_ps_mask(frac, half, _CMP_GE_OQ);
+      // t + copysign(1, p) where the remainder reaches 1/2
+      const __m512 step = _mm512_or_ps(one, _mm512_andnot_ps(abs_mask, p));
+      const __m512 r = _mm512_mask_add_ps(t, up, t, step);
+      q[h] = _mm512_cvttps_epi32(r);
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs), _mm512_cvtepi32_epi8(q[0]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs + 16), _mm512_cvtepi32_epi8(q[1]));
+  }
+  return bad == 0;
 }
 
 }  // namespace ds4::quant

@@ -19,6 +19,8 @@ void quantize_row_bf16(const float* src, void* dst, int64_t n);
 float vec_dot_f32_f32_scalar(const void* w, const void* x, int64_t n);
 float vec_dot_f16_f32_scalar(const void* w, const void* x, int64_t n);
 float vec_dot_bf16_f32_scalar(const void* w, const void* x, int64_t n);
+// y[i] = y[i] + a * x[i], product and sum rounded separately (every path gives these floats).
+void axpy_f32_scalar(float a, const float* x, float* y, int64_t n);
 
 // --- q8.cpp: Q8_0 (weights and activations) and Q8_K (activations) ---
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
@@ -50,6 +52,7 @@ float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n);
 float vec_dot_f32_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_f16_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n);
+void axpy_f32_avx2(float a, const float* x, float* y, int64_t n);
 // --- dequant_avx2.cpp: same floats as the scalar decoders, bit for bit ---
 void dequantize_row_q8_0_avx2(const void* src, float* dst, int64_t n);
 void dequantize_row_q2_K_avx2(const void* src, float* dst, int64_t n);
@@ -72,6 +75,9 @@ void gemm_q2_K_avx512(const void* w, size_t w_stride, int64_t rows, const void* 
                       int64_t tokens, float* y, int64_t y_stride, int64_t n);
 void gemm_iq2_xxs_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                          int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
+// quantize_row_q8_0's bytes; false when x holds a non-finite value (output then undefined).
+bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n);
 #endif
 
 }  // namespace ds4::quant

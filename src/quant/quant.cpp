@@ -282,6 +282,13 @@ GgmlType vec_dot_type(GgmlType weight_type) {
 
 void quantize_activation_row(GgmlType act_type, const float* x, void* dst, int64_t n) {
   check_row("quantize_activation_row", act_type, n, x, dst);
+#if DS4_HAVE_AVX512_BUILD
+  // The vector quantizer checks finiteness on the way; the scalar check names the bad value.
+  if (act_type == GgmlType::Q8_0 && cpu_has_avx512_vnni()) {
+    if (!quantize_row_q8_0_avx512(x, dst, n)) check_finite("quantize_activation_row", x, 1, n);
+    return;
+  }
+#endif
   check_finite("quantize_activation_row", x, 1, n);
   switch (act_type) {
     case GgmlType::F32: std::memcpy(dst, x, static_cast<size_t>(n) * sizeof(float)); return;
@@ -307,6 +314,16 @@ float vec_dot_scalar(GgmlType weight_type, const void* w_row, const void* act_ro
 DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel", weight_type, true); }
 
 bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
+
+void axpy_f32(float a, const float* x, float* y, int64_t n) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return axpy_f32_avx512(a, x, y, n);
+#endif
+#if DS4_HAVE_AVX2_BUILD
+  if (cpu_has_avx2()) return axpy_f32_avx2(a, x, y, n);
+#endif
+  axpy_f32_scalar(a, x, y, n);
+}
 
 GemmKernel gemm_kernel(GgmlType weight_type) {
 #if DS4_HAVE_AVX512_BUILD

@@ -65,6 +65,11 @@ using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const 
                             int64_t tokens, float* y, int64_t y_stride, int64_t n);
 GemmKernel gemm_kernel(GgmlType weight_type);
 
+// y[i] = y[i] + a * x[i] for i < n (attention's value accumulation). The product is rounded,
+// then the sum (never a fused multiply-add), so every path (AVX-512, AVX2, scalar) gives the
+// same floats bit for bit.
+void axpy_f32(float a, const float* x, float* y, int64_t n);
+
 // True when the AVX-512 F/BW/VL/DQ + VNNI (+ BMI2) kernels are compiled in, the CPU and OS
 // support them, and DS4_NO_AVX512 is not set in the environment (set it to measure or test
 // the AVX2 path on an AVX-512 machine).

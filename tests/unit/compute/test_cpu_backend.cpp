@@ -60,14 +60,18 @@ TEST_F(CpuBackend, MatmulF32AndF16MatchNaive) {
     }
 }
 
+// A batch takes the blocked rows x tokens kernel where the CPU has one (AVX-512 VNNI: Q8_0,
+// Q2_K, IQ2_XXS), one token the per-row kernel: both must agree bit for bit. n_out = 40 leaves
+// a partial 16-row panel.
 TEST_F(CpuBackend, MatmulQuantizedIsBatchInvariantAndClose) {
-  const int64_t n_in = 512, n_out = 24, rows = 3;
+  const int64_t n_in = 512, n_out = 40, rows = 5;
   auto w = randn(n_in * n_out, 3);
   auto x = randn(n_in * rows, 4);
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K}) {
+  const std::vector<float> imatrix(n_in, 1.0f);  // IQ2_XXS needs one; the others use the reference writer
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::IQ2_XXS}) {
     const size_t rb = row_bytes(traits(t), n_in);
     std::vector<uint8_t> q(rb * n_out);
-    quant::quantize_rows(t, w.data(), q.data(), n_out, n_in, nullptr);
+    quant::quantize_rows(t, w.data(), q.data(), n_out, n_in, t == GgmlType::IQ2_XXS ? imatrix.data() : nullptr);
     Matrix m{t, q.data(), n_in, n_out, rb};
     std::vector<float> y(rows * n_out), y1(n_out), wd(n_in);
     be->matmul(m, x.data(), rows, y.data());

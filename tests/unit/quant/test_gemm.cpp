@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
+
+#include "core/error.h"
 
 #include "ggml_quant.h"
 #include "quant/kernels.h"
@@ -130,6 +133,71 @@ TEST(GemmExact, EqualsScalarOnQuantizedRows) {
     std::vector<uint8_t> a(as * tokens);
     for (int64_t t = 0; t < tokens; ++t) quant::quantize_activation_row(at, xf.data() + t * n, a.data() + t * as, n);
     expect_equal_to_scalar(f, quant::gemm_kernel(f.type), w, ws, rows, a, as, tokens, n, "quantized");
+  }
+}
+
+// The AVX-512 Q8_0 activation quantizer must write the scalar (ggml _ref) bytes: half-integer
+// ties (away from zero), all-zero and denormal blocks, huge and tiny magnitudes.
+TEST(Avx512Q8_0Quantizer, SameBytesAsScalar) {
+#if DS4_HAVE_AVX512_BUILD
+  if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1603);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 32 * 64;
+  for (int rep = 0; rep < 200; ++rep) {
+    std::vector<float> x(n);
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const int kind = static_cast<int>((rep + b) % 6);
+      for (int j = 0; j < 32; ++j) {
+        float& v = x[b * 32 + j];
+        switch (kind) {
+          case 0: v = nd(rng); break;
+          case 1: v = j == 0 ? 127.0f : static_cast<float>(static_cast<int>(rng() % 255) - 127) / 2.0f; break;  // d = 1: exact ties
+          case 2: v = 0.0f; break;
+          case 3: v = std::ldexp(nd(rng), -140); break;  // denormal amax: 1/d overflows
+          case 4: v = std::ldexp(nd(rng), 100); break;
+          default: v = (j % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + static_cast<float>(rng() % 1000) / 1000.0f, -static_cast<int>(rng() % 30));
+        }
+      }
+    }
+    std::vector<uint8_t> want(34 * n / 32), got(34 * n / 32);
+    quant::quantize_row_q8_0(x.data(), want.data(), n);
+    ASSERT_TRUE(quant::quantize_row_q8_0_avx512(x.data(), got.data(), n));
+    ASSERT_EQ(want, got) << "rep " << rep;
+  }
+  std::vector<float> x(64, 1.0f);
+  std::vector<uint8_t> out(68);
+  x[40] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(quant::quantize_row_q8_0_avx512(x.data(), out.data(), 64));
+  x[40] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_FALSE(quant::quantize_row_q8_0_avx512(x.data(), out.data(), 64));
+  EXPECT_THROW(quant::quantize_activation_row(GgmlType::Q8_0, x.data(), out.data(), 64), Error);
+#else
+  GTEST_SKIP() << "built without the AVX-512 kernels";
+#endif
+}
+
+// y += a * x: the same floats on every path (no FMA anywhere).
+TEST(AxpyF32, SameFloatsAsScalarOnEveryPath) {
+  std::mt19937 rng(1604);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {1, 7, 8, 15, 16, 17, 512, 515}) {
+    std::vector<float> x(n), y0(n);
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : y0) v = nd(rng);
+    const float a = nd(rng);
+    std::vector<float> want = y0, got = y0;
+    quant::axpy_f32_scalar(a, x.data(), want.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(want[i]), bits(y0[i] + a * x[i]));
+    quant::axpy_f32(a, x.data(), got.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(want[i]), bits(got[i])) << "n " << n << " i " << i;
+#if DS4_HAVE_AVX2_BUILD
+    if (quant::have_avx2()) {
+      got = y0;
+      quant::axpy_f32_avx2(a, x.data(), got.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(want[i]), bits(got[i])) << "avx2 n " << n << " i " << i;
+    }
+#endif
   }
 }
 
