@@ -14,6 +14,12 @@
 // running sum for IQ2_XXS). So results equal the scalar kernels bit for bit. -ffp-contract=off
 // keeps mul + add from fusing. No std:: or shared inline helpers are used here, so no
 // AVX-512-compiled copy of a common inline function can reach portable code.
+// GCC 12 reports the _mm512_undefined_* placeholders inside its own AVX-512 intrinsic headers
+// as uninitialized (GCC bug 105593), at every inlined use; those are not reads of our data.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <stdlib.h>
 
@@ -49,11 +55,13 @@ inline void transpose16x8(const uint8_t* const src[kPanel], uint32_t* out, __m51
   // z[k] holds rows (k, k + 4) for k < 4 and rows (k + 4, k + 8) for k >= 4, so the final
   // 128-bit shuffle puts rows 0..15 in natural order.
   __m512i z[8];
+  #pragma GCC unroll 16
   for (int k = 0; k < 8; ++k) {
     const int lo = k < 4 ? k : k + 4, hi = lo + 4;
-    z[k] = _mm512_inserti64x4(_mm512_castsi256_si512(load256(src[lo])), load256(src[hi]), 1);
+    z[k] = _mm512_inserti64x4(_mm512_zextsi256_si512(load256(src[lo])), load256(src[hi]), 1);
   }
   __m512i t[8];
+  #pragma GCC unroll 16
   for (int k = 0; k < 2; ++k) {  // rows z[4k..4k+3]
     const __m512i a = z[4 * k], b = z[4 * k + 1], c = z[4 * k + 2], d = z[4 * k + 3];
     const __m512i ab_lo = _mm512_unpacklo_epi32(a, b), ab_hi = _mm512_unpackhi_epi32(a, b);
@@ -63,6 +71,7 @@ inline void transpose16x8(const uint8_t* const src[kPanel], uint32_t* out, __m51
     t[4 * k + 2] = _mm512_unpacklo_epi64(ab_hi, cd_hi);  // 2 | 6
     t[4 * k + 3] = _mm512_unpackhi_epi64(ab_hi, cd_hi);  // 3 | 7
   }
+  #pragma GCC unroll 16
   for (int g = 0; g < 4; ++g) {
     const __m512i u = t[g], v = t[4 + g];
     _mm512_store_si512(out + g * kPanel, _mm512_xor_si512(_mm512_shuffle_i32x4(u, v, 0x88), flip));
@@ -100,6 +109,7 @@ inline int32_t sum128_32(const int8_t* q) {
 // 8 dwords of u8 weights (group stride 16 dwords) against 32 activation bytes.
 inline __m512i dot32(const uint32_t* wq, const int8_t* a) {
   __m512i s = _mm512_setzero_si512();
+  #pragma GCC unroll 16
   for (int g = 0; g < 8; ++g)
     s = _mm512_dpbusd_epi32(s, _mm512_load_si512(wq + g * kPanel), bcast32(a + 4 * g));
   return s;
@@ -159,6 +169,7 @@ inline void q8_0_steps(const uint32_t* panel, int64_t b, const uint8_t* act, con
 void q8_0_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, const ActQ8_0* aux, float* y,
                       int64_t rows) {
   __m512 acc[8];
+  #pragma GCC unroll 16
   for (auto& a : acc) a = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
@@ -189,8 +200,10 @@ constexpr int kQ2PanelWords = 64 * kPanel + 8 * kPanel + 2 * kPanel;
 
 void q2_K_decode_row(const BlockQ2_K& x, uint8_t* out /*256*/, uint32_t* mins /*8, stride 16*/) {
   const __m256i m3 = _mm256_set1_epi8(3);
+  #pragma GCC unroll 16
   for (int h = 0; h < 2; ++h) {
     const __m256i q = load256(x.qs + 32 * h);
+    #pragma GCC unroll 16
     for (int s = 0; s < 4; ++s) {
       const uint32_t sa = x.scales[8 * h + 2 * s] & 0xF, sb = x.scales[8 * h + 2 * s + 1] & 0xF;
       const __m256i tbl = _mm256_setr_epi32(static_cast<int>((sa << 8) | (2 * sa << 16) | (3 * sa << 24)), 0, 0, 0,
@@ -199,6 +212,7 @@ void q2_K_decode_row(const BlockQ2_K& x, uint8_t* out /*256*/, uint32_t* mins /*
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 128 * h + 32 * s), _mm256_shuffle_epi8(tbl, codes));
     }
   }
+  #pragma GCC unroll 16
   for (int i = 0; i < 8; ++i)
     mins[i * kPanel] = static_cast<uint32_t>(x.scales[2 * i] >> 4) | (static_cast<uint32_t>(x.scales[2 * i + 1] >> 4) << 16);
 }
@@ -216,12 +230,15 @@ void q2_K_pack(const BlockQ2_K* const rowp[kPanel], int64_t nb, uint32_t* panel)
         d[kPanel + r] = f16_to_f32(rowp[r][b].dmin);
       } else {
         __builtin_memset(dec[r], 0, 256);
+        #pragma GCC unroll 16
         for (int i = 0; i < 8; ++i) mins[i * kPanel + r] = 0;
         d[r] = d[kPanel + r] = 0.0f;
       }
     }
+    #pragma GCC unroll 16
     for (int c = 0; c < 8; ++c) {
       const uint8_t* src[kPanel];
+      #pragma GCC unroll 16
       for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
       transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
     }
@@ -234,6 +251,7 @@ inline void q2_K_step(const uint32_t* panel, int64_t b, const BlockQ8_K* y, __m5
   const uint32_t* pb = panel + bb * kQ2PanelWords;
   const BlockQ8_K& a = y[bb];
   __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+  #pragma GCC unroll 16
   for (int c = 0; c < 8; c += 2) {
     s0 = _mm512_add_epi32(s0, dot32(pb + c * 8 * kPanel, a.qs + 32 * c));
     s1 = _mm512_add_epi32(s1, dot32(pb + (c + 1) * 8 * kPanel, a.qs + 32 * (c + 1)));
@@ -241,6 +259,7 @@ inline void q2_K_step(const uint32_t* panel, int64_t b, const BlockQ8_K* y, __m5
   const __m512i isum = _mm512_add_epi32(s0, s1);
   __m512i summs = _mm512_setzero_si512();
   const uint32_t* mins = pb + 64 * kPanel;
+  #pragma GCC unroll 16
   for (int i = 0; i < 8; ++i)
     summs = _mm512_dpwssd_epi32(summs, _mm512_load_si512(mins + i * kPanel), bcast32(a.bsums + 2 * i));
   const float* d = reinterpret_cast<const float*>(pb + 72 * kPanel);
@@ -254,6 +273,7 @@ inline void q2_K_step(const uint32_t* panel, int64_t b, const BlockQ8_K* y, __m5
 void q2_K_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, float* y, int64_t rows) {
   const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
   __m512 acc[8];
+  #pragma GCC unroll 16
   for (auto& v : acc) v = _mm512_setzero_ps();
   int64_t b = 0;
   for (; b + 8 <= nb; b += 8) {
@@ -286,13 +306,16 @@ void iq2_xxs_decode_row(const BlockIQ2_XXS& x, uint8_t* out /*256*/, uint32_t* l
   uint32_t q32[16];  // sub-block j: grid indices in q32[2j] (one byte each), signs + scale in q32[2j + 1]
   __builtin_memcpy(q32, x.qs, sizeof q32);
   alignas(8) uint8_t sg[32];  // sign byte of each 8-weight group (bit j set: weight j negative)
+  #pragma GCC unroll 16
   for (int j = 0; j < 8; ++j) {
     const uint32_t a1 = q32[2 * j + 1];
     ls[j * kPanel] = 2 * (a1 >> 28) + 1;
+    #pragma GCC unroll 16
     for (int l = 0; l < 4; ++l) sg[4 * j + l] = ksigns_iq2xs[(a1 >> (7 * l)) & 127];
   }
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   const auto* grid = reinterpret_cast<const long long*>(iq2xxs_grid);
+  #pragma GCC unroll 16
   for (int c = 0; c < 4; ++c) {  // sub-blocks 2c, 2c+1: 8 groups, 64 weights
     const __m128i idx8 = _mm_set_epi32(0, 0, static_cast<int>(q32[4 * c + 2]), static_cast<int>(q32[4 * c]));
     const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(idx8), grid, 8);  // bytes <= 43
@@ -316,12 +339,15 @@ void iq2_xxs_pack(const BlockIQ2_XXS* const rowp[kPanel], int64_t nb, uint32_t* 
         d[r] = f16_to_f32(rowp[r][b].d);
       } else {
         __builtin_memset(dec[r], 0x80, 256);  // value 0 after the -128 bias
+        #pragma GCC unroll 16
         for (int i = 0; i < 8; ++i) ls[i * kPanel + r] = 0;
         d[r] = 0.0f;
       }
     }
+    #pragma GCC unroll 16
     for (int c = 0; c < 8; ++c) {
       const uint8_t* src[kPanel];
+      #pragma GCC unroll 16
       for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
       transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
     }
@@ -332,6 +358,7 @@ void q8_K_sub_sums(const uint8_t* act, size_t as, int64_t tokens, int64_t nb, in
   for (int64_t t = 0; t < tokens; ++t) {
     const auto* y = reinterpret_cast<const BlockQ8_K*>(act + t * as);
     for (int64_t b = 0; b < nb; ++b)
+      #pragma GCC unroll 16
       for (int j = 0; j < 8; ++j) out[(t * nb + b) * 8 + j] = sum128_32(y[b].qs + 32 * j);
   }
 }
@@ -344,6 +371,7 @@ void iq2_xxs_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, 
     const uint32_t* pb = panel + b * kIq2PanelWords;
     const uint32_t* ls = pb + 64 * kPanel;
     __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+    #pragma GCC unroll 16
     for (int j = 0; j < 8; j += 2) {
       const __m512i d0 = _mm512_sub_epi32(dot32(pb + j * 8 * kPanel, a[b].qs + 32 * j), _mm512_set1_epi32(sub128[b * 8 + j]));
       const __m512i d1 = _mm512_sub_epi32(dot32(pb + (j + 1) * 8 * kPanel, a[b].qs + 32 * (j + 1)),
@@ -361,6 +389,7 @@ void iq2_xxs_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, 
 // ------------------------------------------------------------------ driver -------------
 template <class Block>
 void panel_rows(const void* w, size_t ws, int64_t r0, int64_t rows, const Block* rowp[kPanel]) {
+  #pragma GCC unroll 16
   for (int r = 0; r < kPanel; ++r)
     rowp[r] = r0 + r < rows ? reinterpret_cast<const Block*>(static_cast<const uint8_t*>(w) + (r0 + r) * ws) : nullptr;
 }
@@ -452,6 +481,7 @@ bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n) {
     b[i].d = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m512 vid = _mm512_set1_ps(id);
     __m512i q[2];
+    #pragma GCC unroll 16
     for (int h = 0; h < 2; ++h) {
       const __m512 p = _mm512_mul_ps(h ? x1 : x0, vid);
       const __m512 t = _mm512_roundscale_ps(p, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -466,6 +496,133 @@ bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(b[i].qs + 16), _mm512_cvtepi32_epi8(q[1]));
   }
   return bad == 0;
+}
+
+// ------------------------------------------------------------------ F16 ----------------
+// vec_dot_f16_f32_avx2 keeps four 8-lane FMA chains a0..a3 over 32-element steps, then 8-element
+// steps into a0, folds (a0 + a1) + (a2 + a3) and its 8 lanes as hsum_ps does, and adds the last
+// n % 8 products one by one. Here a zmm holds a0 | a1 and another a2 | a3, with the same fused
+// operations per lane in the same order, so the result is that kernel's float bit for bit.
+// R rows x T tokens share each converted weight vector and each activation load; the length is
+// cut into slices (the chains are saved between slices, which changes no operation) so that a
+// block of tokens' activations and the rows' weights stay in cache.
+namespace {
+
+template <int V>
+struct IntTag {
+  static constexpr int value = V;
+};
+
+constexpr int kF16Tokens = 32;     // tokens per block
+constexpr int64_t kF16Slice = 512;  // elements per slice (a multiple of 32)
+
+// Chains of (row r, token t) at acc[(r * kF16Tokens + t) * 2 + {0: a0|a1, 1: a2|a3}].
+template <int R, int T>
+void f16_tile(const uint16_t* const w[R], const float* const x[T], int64_t i0, int64_t i1, __m512* acc) {
+  __m512 a01[R][T], a23[R][T];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      a01[r][t] = acc[(r * kF16Tokens + t) * 2];
+      a23[r][t] = acc[(r * kF16Tokens + t) * 2 + 1];
+    }
+  for (int64_t i = i0; i < i1; i += 32) {
+    __m512 w0[R], w1[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      w0[r] = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i)));
+      w1[r] = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[r] + i + 16)));
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 x0 = _mm512_loadu_ps(x[t] + i), x1 = _mm512_loadu_ps(x[t] + i + 16);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        a01[r][t] = _mm512_fmadd_ps(w0[r], x0, a01[r][t]);
+        a23[r][t] = _mm512_fmadd_ps(w1[r], x1, a23[r][t]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      acc[(r * kF16Tokens + t) * 2] = a01[r][t];
+      acc[(r * kF16Tokens + t) * 2 + 1] = a23[r][t];
+    }
+}
+
+// The 8-element steps from i (into a0), the fold, and the scalar tail of one (row, token).
+float f16_finish(const uint16_t* w, const float* x, int64_t i, int64_t n, __m512 a01, __m512 a23) {
+  for (; i + 8 <= n; i += 8) {
+    const __m512 wv = _mm512_zextps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))));
+    const __m512 xv = _mm512_zextps256_ps512(_mm256_loadu_ps(x + i));
+    a01 = _mm512_mask3_fmadd_ps(wv, xv, a01, 0x00FF);
+  }
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(a01), _mm512_extractf32x8_ps(a01, 1)),
+                                 _mm256_add_ps(_mm512_castps512_ps256(a23), _mm512_extractf32x8_ps(a23, 1)));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float sum = _mm_cvtss_f32(h);
+  for (; i < n; ++i) {
+    float p = _cvtsh_ss(w[i]) * x[i];
+    __asm__("" : "+x"(p));
+    sum += p;
+  }
+  return sum;
+}
+
+template <int R>
+void f16_slice_rows(const uint8_t* wb, size_t ws, int64_t r0, const uint8_t* act, size_t as, int64_t t0, int64_t tn,
+                    int64_t i0, int64_t i1, __m512* acc) {
+  const uint16_t* w[R];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const uint16_t*>(wb + (r0 + r) * ws);
+  auto run = [&](auto tag, int64_t t) {
+    constexpr int T = decltype(tag)::value;
+    const float* x[T];
+#pragma GCC unroll 16
+    for (int k = 0; k < T; ++k) x[k] = reinterpret_cast<const float*>(act + (t0 + t + k) * as);
+    f16_tile<R, T>(w, x, i0, i1, acc + (r0 * kF16Tokens + t) * 2);
+  };
+  int64_t t = 0;
+  for (; t + 4 <= tn; t += 4) run(IntTag<4>{}, t);
+  switch (tn - t) {
+    case 3: run(IntTag<3>{}, t); break;
+    case 2: run(IntTag<2>{}, t); break;
+    case 1: run(IntTag<1>{}, t); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
+                     int64_t ys, int64_t n) {
+  if (rows <= 0 || tokens <= 0) return;
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  const int64_t n32 = n / 32 * 32;
+  Scratch accs(static_cast<size_t>(rows) * kF16Tokens * 2 * sizeof(__m512));
+  auto* acc = static_cast<__m512*>(accs.p);
+  for (int64_t t0 = 0; t0 < tokens; t0 += kF16Tokens) {
+    const int64_t tn = tokens - t0 < kF16Tokens ? tokens - t0 : kF16Tokens;
+    for (int64_t k = 0; k < rows * kF16Tokens * 2; ++k) acc[k] = _mm512_setzero_ps();
+    for (int64_t i0 = 0; i0 < n32; i0 += kF16Slice) {
+      const int64_t i1 = n32 - i0 < kF16Slice ? n32 : i0 + kF16Slice;
+      int64_t r = 0;
+      for (; r + 2 <= rows; r += 2) f16_slice_rows<2>(wb, ws, r, ab, as, t0, tn, i0, i1, acc);
+      if (r < rows) f16_slice_rows<1>(wb, ws, r, ab, as, t0, tn, i0, i1, acc);
+    }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t t = 0; t < tn; ++t) {
+        const __m512* a = acc + (r * kF16Tokens + t) * 2;
+        y[(t0 + t) * ys + r] = f16_finish(reinterpret_cast<const uint16_t*>(wb + r * ws),
+                                          reinterpret_cast<const float*>(ab + (t0 + t) * as), n32, n, a[0], a[1]);
+      }
+  }
 }
 
 }  // namespace ds4::quant

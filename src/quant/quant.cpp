@@ -332,6 +332,7 @@ GemmKernel gemm_kernel(GgmlType weight_type) {
       case GgmlType::Q8_0: return gemm_q8_0_avx512;
       case GgmlType::Q2_K: return gemm_q2_K_avx512;
       case GgmlType::IQ2_XXS: return gemm_iq2_xxs_avx512;
+      case GgmlType::F16: return gemm_f16_avx512;  // equals the AVX2 kernel, which this CPU has
       default: break;
     }
   }

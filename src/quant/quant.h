@@ -59,7 +59,8 @@ DotKernel dot_kernel(GgmlType weight_type);
 // row r (at w + r * w_stride) with activation row t (at act + t * act_stride, in
 // vec_dot_type), for r < rows and t < tokens. Each weight block is decoded once per call and
 // serves every token. Results equal dot_kernel's bit for bit (tested). Null when this CPU
-// has no blocked kernel for the type (today: Q8_0, Q2_K, IQ2_XXS with AVX-512 + VNNI); the
+// has no blocked kernel for the type (today: Q8_0, Q2_K, IQ2_XXS and F16 with AVX-512 + VNNI;
+// F16 activations are f32 rows, and its result is the AVX2 float kernel's); the
 // caller then loops over dot_kernel. No argument checks, as for dot_kernel.
 using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                             int64_t tokens, float* y, int64_t y_stride, int64_t n);

@@ -61,14 +61,14 @@ TEST_F(CpuBackend, MatmulF32AndF16MatchNaive) {
 }
 
 // A batch takes the blocked rows x tokens kernel where the CPU has one (AVX-512 VNNI: Q8_0,
-// Q2_K, IQ2_XXS), one token the per-row kernel: both must agree bit for bit. n_out = 40 leaves
+// Q2_K, IQ2_XXS, F16), one token the per-row kernel: both must agree bit for bit. n_out = 40 leaves
 // a partial 16-row panel.
 TEST_F(CpuBackend, MatmulQuantizedIsBatchInvariantAndClose) {
   const int64_t n_in = 512, n_out = 40, rows = 5;
   auto w = randn(n_in * n_out, 3);
   auto x = randn(n_in * rows, 4);
   const std::vector<float> imatrix(n_in, 1.0f);  // IQ2_XXS needs one; the others use the reference writer
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::IQ2_XXS}) {
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q2_K, GgmlType::IQ2_XXS, GgmlType::F16}) {
     const size_t rb = row_bytes(traits(t), n_in);
     std::vector<uint8_t> q(rb * n_out);
     quant::quantize_rows(t, w.data(), q.data(), n_out, n_in, t == GgmlType::IQ2_XXS ? imatrix.data() : nullptr);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/fp16.h"
 
 #include "ggml_quant.h"
 #include "quant/kernels.h"
@@ -199,6 +200,45 @@ TEST(AxpyF32, SameFloatsAsScalarOnEveryPath) {
     }
 #endif
   }
+}
+
+// F16: the blocked kernel must return the AVX2 float kernel's result (the per-row path on the
+// same CPU), bit for bit, for every length remainder mod 32 and mod 8.
+TEST(GemmExact, F16EqualsAvx2Kernel) {
+#if DS4_HAVE_AVX512_BUILD
+  if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1605);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n : {1, 7, 8, 31, 32, 33, 40, 100, 512, 1000}) {
+    for (int64_t rows : {1, 2, 5}) {
+      for (int64_t tokens : {1, 3, 4, 6}) {
+        const size_t ws = 2 * n + 4, as = 4 * n + 12;  // padded strides
+        std::vector<uint8_t> w(ws * rows), a(as * tokens);
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < n; ++i) {
+            const uint16_t h = fp32_to_fp16(nd(rng));
+            std::memcpy(&w[r * ws + 2 * i], &h, 2);
+          }
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t i = 0; i < n; ++i) {
+            const float v = nd(rng);
+            std::memcpy(&a[t * as + 4 * i], &v, 4);
+          }
+        const int64_t ys = rows + 1;
+        std::vector<float> y(tokens * ys, -7.0f);
+        quant::gemm_f16_avx512(w.data(), ws, rows, a.data(), as, tokens, y.data(), ys, n);
+        for (int64_t t = 0; t < tokens; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            const float want = quant::vec_dot_f16_f32_avx2(w.data() + r * ws, a.data() + t * as, n);
+            ASSERT_EQ(bits(want), bits(y[t * ys + r])) << "n " << n << " row " << r << " token " << t;
+          }
+        for (int64_t t = 0; t < tokens; ++t) ASSERT_EQ(y[t * ys + rows], -7.0f);
+      }
+    }
+  }
+#else
+  GTEST_SKIP() << "built without the AVX-512 kernels";
+#endif
 }
 
 TEST(GemmExact, NoKernelForOtherFormats) {
