@@ -198,47 +198,51 @@ void q8_0_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, con
 // then d and dmin as floats.
 constexpr int kQ2PanelWords = 64 * kPanel + 8 * kPanel + 2 * kPanel;
 
-void q2_K_decode_row(const BlockQ2_K& x, uint8_t* out /*256*/, uint32_t* mins /*8, stride 16*/) {
+// Row super-block -> 256 weight bytes (scale * code) then 8 dwords of min pairs
+// (m_{2i} | m_{2i+1} << 16), 288 bytes: the panel transposes both alike.
+constexpr int kDecBytes = 256 + 32;
+
+void q2_K_decode_row(const BlockQ2_K& x, uint8_t* out) {
+  const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+  const __m128i m4 = _mm_set1_epi8(0xF);
+  // dword j = bytes (0, s_j, 2 s_j, 3 s_j): the pshufb table of codes 0..3 (3 s_j <= 45).
+  const __m512i prod = _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_and_si128(sc, m4)), _mm512_set1_epi32(0x03020100));
   const __m256i m3 = _mm256_set1_epi8(3);
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int h = 0; h < 2; ++h) {
     const __m256i q = load256(x.qs + 32 * h);
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int s = 0; s < 4; ++s) {
-      const uint32_t sa = x.scales[8 * h + 2 * s] & 0xF, sb = x.scales[8 * h + 2 * s + 1] & 0xF;
-      const __m256i tbl = _mm256_setr_epi32(static_cast<int>((sa << 8) | (2 * sa << 16) | (3 * sa << 24)), 0, 0, 0,
-                                            static_cast<int>((sb << 8) | (2 * sb << 16) | (3 * sb << 24)), 0, 0, 0);
+      const int k = 4 * h + s;  // elements 32k.. use scales 2k (first 16) and 2k + 1
+      const __m256i tbl = _mm512_castsi512_si256(
+          _mm512_permutexvar_epi32(_mm512_setr_epi32(2 * k, 0, 0, 0, 2 * k + 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), prod));
       const __m256i codes = _mm256_and_si256(_mm256_srli_epi16(q, 2 * s), m3);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 128 * h + 32 * s), _mm256_shuffle_epi8(tbl, codes));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * k), _mm256_shuffle_epi8(tbl, codes));
     }
   }
-  #pragma GCC unroll 16
-  for (int i = 0; i < 8; ++i)
-    mins[i * kPanel] = static_cast<uint32_t>(x.scales[2 * i] >> 4) | (static_cast<uint32_t>(x.scales[2 * i + 1] >> 4) << 16);
+  const __m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m4));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 256), mins);
 }
 
 void q2_K_pack(const BlockQ2_K* const rowp[kPanel], int64_t nb, uint32_t* panel) {
-  alignas(64) uint8_t dec[kPanel][256];
+  alignas(64) uint8_t dec[kPanel][kDecBytes];
   for (int64_t b = 0; b < nb; ++b) {
     uint32_t* pb = panel + b * kQ2PanelWords;
-    uint32_t* mins = pb + 64 * kPanel;
     float* d = reinterpret_cast<float*>(pb + 72 * kPanel);
     for (int r = 0; r < kPanel; ++r) {
       if (rowp[r]) {
-        q2_K_decode_row(rowp[r][b], dec[r], mins + r);
+        q2_K_decode_row(rowp[r][b], dec[r]);
         d[r] = f16_to_f32(rowp[r][b].d);
         d[kPanel + r] = f16_to_f32(rowp[r][b].dmin);
       } else {
-        __builtin_memset(dec[r], 0, 256);
-        #pragma GCC unroll 16
-        for (int i = 0; i < 8; ++i) mins[i * kPanel + r] = 0;
+        __builtin_memset(dec[r], 0, kDecBytes);  // padding row: zero weights, mins and scales
         d[r] = d[kPanel + r] = 0.0f;
       }
     }
-    #pragma GCC unroll 16
-    for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 16
+    for (int c = 0; c < 9; ++c) {  // 8 weight groups, then the mins (pb + 64 * kPanel)
       const uint8_t* src[kPanel];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
       transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
     }
@@ -302,52 +306,63 @@ void q2_K_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, flo
 // sub-block scales 2s+1, then d as floats.
 constexpr int kIq2PanelWords = 64 * kPanel + 8 * kPanel + kPanel;
 
-void iq2_xxs_decode_row(const BlockIQ2_XXS& x, uint8_t* out /*256*/, uint32_t* ls /*8, stride 16*/) {
-  uint32_t q32[16];  // sub-block j: grid indices in q32[2j] (one byte each), signs + scale in q32[2j + 1]
-  __builtin_memcpy(q32, x.qs, sizeof q32);
-  alignas(8) uint8_t sg[32];  // sign byte of each 8-weight group (bit j set: weight j negative)
-  #pragma GCC unroll 16
-  for (int j = 0; j < 8; ++j) {
-    const uint32_t a1 = q32[2 * j + 1];
-    ls[j * kPanel] = 2 * (a1 >> 28) + 1;
-    #pragma GCC unroll 16
-    for (int l = 0; l < 4; ++l) sg[4 * j + l] = ksigns_iq2xs[(a1 >> (7 * l)) & 127];
+// Row super-block -> 256 bytes (signed grid value + 128) then 8 dwords of sub-block scales
+// 2s + 1 (kDecBytes in all).
+void iq2_xxs_decode_row(const BlockIQ2_XXS& x, uint8_t* out) {
+  // Sub-block j: grid indices (one byte each) in dword 2j of qs, signs + scale in dword 2j + 1.
+  const __m512i q = _mm512_loadu_si512(x.qs);
+  const __m256i a0 = _mm512_castsi512_si256(
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), q));
+  const __m256i a1 = _mm512_castsi512_si256(
+      _mm512_permutexvar_epi32(_mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0), q));
+  // Four 7-bit sign codes per sub-block, each completed to even parity (ksigns_iq2xs): byte l
+  // of dword j = the signs of group l of sub-block j (bit k set: weight k negative).
+  const __m256i m7 = _mm256_set1_epi32(127);
+  __m256i sg = _mm256_setzero_si256();
+#pragma GCC unroll 16
+  for (int l = 0; l < 4; ++l) {
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi32(a1, 7 * l), m7);
+    __m256i p = _mm256_xor_si256(c, _mm256_srli_epi32(c, 4));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 2));
+    p = _mm256_xor_si256(p, _mm256_srli_epi32(p, 1));
+    const __m256i code = _mm256_or_si256(c, _mm256_slli_epi32(_mm256_and_si256(p, _mm256_set1_epi32(1)), 7));
+    sg = _mm256_or_si256(sg, _mm256_slli_epi32(code, 8 * l));
   }
+  const __m256i ls = _mm256_add_epi32(_mm256_slli_epi32(_mm256_srli_epi32(a1, 28), 1), _mm256_set1_epi32(1));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 256), ls);
   const __m512i bias = _mm512_set1_epi8(static_cast<char>(0x80));
   const auto* grid = reinterpret_cast<const long long*>(iq2xxs_grid);
-  #pragma GCC unroll 16
+  alignas(32) uint64_t idx[4], msk[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(idx), a0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(msk), sg);
+#pragma GCC unroll 16
   for (int c = 0; c < 4; ++c) {  // sub-blocks 2c, 2c+1: 8 groups, 64 weights
-    const __m128i idx8 = _mm_set_epi32(0, 0, static_cast<int>(q32[4 * c + 2]), static_cast<int>(q32[4 * c]));
-    const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(idx8), grid, 8);  // bytes <= 43
-    uint64_t m;
-    __builtin_memcpy(&m, sg + 8 * c, 8);
+    const __m512i g = _mm512_i64gather_epi64(_mm512_cvtepu8_epi64(_mm_cvtsi64_si128(static_cast<long long>(idx[c]))), grid, 8);
     // 128 + g, or 128 - g where the weight's sign bit is set (exact bytes: g <= 43).
-    const __m512i v = _mm512_mask_sub_epi8(_mm512_add_epi8(bias, g), static_cast<__mmask64>(m), bias, g);
+    const __m512i v = _mm512_mask_sub_epi8(_mm512_add_epi8(bias, g), static_cast<__mmask64>(msk[c]), bias, g);
     _mm512_storeu_si512(out + 64 * c, v);
   }
 }
 
 void iq2_xxs_pack(const BlockIQ2_XXS* const rowp[kPanel], int64_t nb, uint32_t* panel) {
-  alignas(64) uint8_t dec[kPanel][256];
+  alignas(64) uint8_t dec[kPanel][kDecBytes];
   for (int64_t b = 0; b < nb; ++b) {
     uint32_t* pb = panel + b * kIq2PanelWords;
-    uint32_t* ls = pb + 64 * kPanel;
     float* d = reinterpret_cast<float*>(pb + 72 * kPanel);
     for (int r = 0; r < kPanel; ++r) {
       if (rowp[r]) {
-        iq2_xxs_decode_row(rowp[r][b], dec[r], ls + r);
+        iq2_xxs_decode_row(rowp[r][b], dec[r]);
         d[r] = f16_to_f32(rowp[r][b].d);
       } else {
         __builtin_memset(dec[r], 0x80, 256);  // value 0 after the -128 bias
-        #pragma GCC unroll 16
-        for (int i = 0; i < 8; ++i) ls[i * kPanel + r] = 0;
+        __builtin_memset(dec[r] + 256, 0, 32);  // and scale 0
         d[r] = 0.0f;
       }
     }
-    #pragma GCC unroll 16
-    for (int c = 0; c < 8; ++c) {
+#pragma GCC unroll 16
+    for (int c = 0; c < 9; ++c) {  // 8 weight groups, then the scales (pb + 64 * kPanel)
       const uint8_t* src[kPanel];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
       transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
     }
@@ -623,6 +638,48 @@ void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, si
                                           reinterpret_cast<const float*>(ab + (t0 + t) * as), n32, n, a[0], a[1]);
       }
   }
+}
+
+// One row: vec_dot_f32_f32_avx2 / vec_dot_f16_f32_avx2 with a0 | a1 and a2 | a3 in two zmm
+// (the same fused operations per lane, in the same order), so the same float bit for bit.
+float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n) {
+  const auto* wf = static_cast<const float*>(w);
+  const auto* xf = static_cast<const float*>(x);
+  __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a01 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i), _mm512_loadu_ps(xf + i), a01);
+    a23 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i + 16), _mm512_loadu_ps(xf + i + 16), a23);
+  }
+  for (; i + 8 <= n; i += 8)
+    a01 = _mm512_mask3_fmadd_ps(_mm512_zextps256_ps512(_mm256_loadu_ps(wf + i)),
+                                _mm512_zextps256_ps512(_mm256_loadu_ps(xf + i)), a01, 0x00FF);
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(a01), _mm512_extractf32x8_ps(a01, 1)),
+                                 _mm256_add_ps(_mm512_castps512_ps256(a23), _mm512_extractf32x8_ps(a23, 1)));
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_add_ss(h, _mm_movehdup_ps(h));
+  float sum = _mm_cvtss_f32(h);
+  for (; i < n; ++i) {
+    float p = wf[i] * xf[i];
+    __asm__("" : "+x"(p));
+    sum += p;
+  }
+  return sum;
+}
+
+float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n) {
+  const auto* wh = static_cast<const uint16_t*>(w);
+  const auto* xf = static_cast<const float*>(x);
+  __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a01 = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wh + i))),
+                          _mm512_loadu_ps(xf + i), a01);
+    a23 = _mm512_fmadd_ps(_mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wh + i + 16))),
+                          _mm512_loadu_ps(xf + i + 16), a23);
+  }
+  return f16_finish(wh, xf, i, n, a01, a23);
 }
 
 }  // namespace ds4::quant

@@ -78,6 +78,9 @@ void gemm_iq2_xxs_avx512(const void* w, size_t w_stride, int64_t rows, const voi
 // F16 weights, f32 activations: vec_dot_f16_f32_avx2's float bit for bit (FMA, same chains).
 void gemm_f16_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                      int64_t tokens, float* y, int64_t y_stride, int64_t n);
+// Per-row float dots equal to the AVX2 kernels bit for bit (dot_kernel picks them on AVX-512).
+float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n);
+float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
 // quantize_row_q8_0's bytes; false when x holds a non-finite value (output then undefined).
 bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n);

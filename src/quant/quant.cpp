@@ -160,6 +160,13 @@ DotFn avx2_kernel(GgmlType t) {
 DotFn checked_kernel(const char* what, GgmlType t, bool allow_avx2) {
   DotFn scalar = scalar_kernel(t);
   if (!scalar) fail("{}: no dot product for weight type {}", what, name_of(t));
+#if DS4_HAVE_AVX512_BUILD
+  // Same floats as the AVX2 float kernels (tested), fewer instructions.
+  if (allow_avx2 && cpu_has_avx512_vnni()) {
+    if (t == GgmlType::F32) return vec_dot_f32_f32_avx512;
+    if (t == GgmlType::F16) return vec_dot_f16_f32_avx512;
+  }
+#endif
   if (allow_avx2 && cpu_has_avx2())
     if (DotFn fast = avx2_kernel(t)) return fast;
   return scalar;

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "ds4/engine.h"
 #include "ds4/session.h"
+#include "mem_copy.h"
 
 namespace {
 
@@ -53,6 +54,7 @@ int main(int argc, char** argv) {
   std::string prompt_file, csv_path, sim = "on";
   int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64;
   uint64_t seed = 1;
+  bool mem_copy = false;
   app.add_option("-m,--model", eo.model_path, "GGUF model file")->required();
   app.add_option("--backend", eo.backend, "compute backend: cpu, cuda")->capture_default_str();
   app.add_option("-t,--threads", eo.threads, "CPU compute threads (0: all cores)");
@@ -66,12 +68,18 @@ int main(int argc, char** argv) {
   app.add_option("--csv", csv_path, "also write the CSV to this file");
   app.add_option("--act-quant-sim", sim, "FP8 KV / FP4 indexer rounding")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--seed", seed, "seed of the random prompt")->capture_default_str();
+  app.add_flag("--mem-copy", mem_copy,
+               "first measure a STREAM-like copy (1 GiB, --threads threads, best of 3) and print it to stderr: "
+               "the memory bandwidth decode is bounded by");
   CLI11_PARSE(app, argc, argv);
   try {
     if (step == 0) step = ctx_start;
     if (ctx_max < ctx_start) ds4::fail("--ctx-max {} is below --ctx-start {}", ctx_max, ctx_start);
     eo.act_quant_sim = sim == "on";
     eo.ctx_size = ctx_max + gen_tokens + 1;
+    if (mem_copy)
+      fmt::print(stderr, "ds4-bench: memory copy {:.2f} GB/s (read + write, {} threads, 1 GiB, best of 3)\n",
+                 ds4bench::copy_bandwidth_gbs(eo.threads, size_t{1} << 30, 3), eo.threads);
     auto t_load = Clock::now();
     auto engine = ds4::Engine::open(eo);
     fmt::print(stderr, "ds4-bench: {} on {} ({} threads), loaded in {:.1f} s\n{}\n", engine->info().model_name,

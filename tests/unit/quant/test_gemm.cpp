@@ -241,6 +241,30 @@ TEST(GemmExact, F16EqualsAvx2Kernel) {
 #endif
 }
 
+// The AVX-512 per-row float dots return the AVX2 kernels' float bit for bit.
+TEST(FloatDotAvx512, EqualsAvx2Kernels) {
+#if DS4_HAVE_AVX512_BUILD
+  if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1606);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int64_t n = 0; n <= 200; n += (n < 70 ? 1 : 13)) {
+    std::vector<float> w(n + 1), x(n + 1);
+    std::vector<uint16_t> h(n + 1);
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = nd(rng);
+      x[i] = nd(rng);
+      h[i] = fp32_to_fp16(nd(rng));
+    }
+    ASSERT_EQ(bits(quant::vec_dot_f32_f32_avx2(w.data(), x.data(), n)), bits(quant::vec_dot_f32_f32_avx512(w.data(), x.data(), n)))
+        << "f32 n " << n;
+    ASSERT_EQ(bits(quant::vec_dot_f16_f32_avx2(h.data(), x.data(), n)), bits(quant::vec_dot_f16_f32_avx512(h.data(), x.data(), n)))
+        << "f16 n " << n;
+  }
+#else
+  GTEST_SKIP() << "built without the AVX-512 kernels";
+#endif
+}
+
 TEST(GemmExact, NoKernelForOtherFormats) {
   EXPECT_EQ(quant::gemm_kernel(GgmlType::F32), nullptr);
   EXPECT_EQ(quant::gemm_kernel(GgmlType::Q6_K), nullptr);

@@ -1,0 +1,12 @@
+#pragma once
+// A STREAM-like copy figure for ds4-bench: the memory bandwidth a decode step is bounded by.
+#include <cstddef>
+
+namespace ds4bench {
+
+// Copies `bytes` between two fresh buffers (pages touched first), split over `threads`
+// threads (0: all cores), `reps` times; returns the best rate in GB/s counting bytes read plus
+// bytes written, as STREAM's copy does.
+double copy_bandwidth_gbs(int threads, size_t bytes, int reps);
+
+}  // namespace ds4bench
