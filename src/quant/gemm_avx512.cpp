@@ -193,6 +193,56 @@ void q8_0_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, con
   store_rows(y, fold8(acc), rows);
 }
 
+// Two tokens per pass: each weight group is loaded into a register once for both.
+template <int L>
+inline void q8_0_step2(const uint32_t* panel, int64_t b, const uint8_t* act0, const uint8_t* act1, const ActQ8_0* aux0,
+                       const ActQ8_0* aux1, __m512* acc0, __m512* acc1) {
+  const int64_t bb = b + L;
+  const uint32_t* pb = panel + bb * kQ8PanelBlockWords;
+  const int8_t* a0 = reinterpret_cast<const int8_t*>(act0 + bb * sizeof(BlockQ8_0) + 2);
+  const int8_t* a1 = reinterpret_cast<const int8_t*>(act1 + bb * sizeof(BlockQ8_0) + 2);
+  __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int g = 0; g < 8; ++g) {
+    const __m512i wg = _mm512_load_si512(pb + g * kPanel);
+    s0 = _mm512_dpbusd_epi32(s0, wg, bcast32(a0 + 4 * g));
+    s1 = _mm512_dpbusd_epi32(s1, wg, bcast32(a1 + 4 * g));
+  }
+  const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(pb + 8 * kPanel));
+  const __m512i d0 = _mm512_sub_epi32(s0, _mm512_set1_epi32(aux0[bb].sum128));
+  const __m512i d1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(aux1[bb].sum128));
+  acc0[L] = _mm512_add_ps(acc0[L], _mm512_mul_ps(_mm512_cvtepi32_ps(d0), _mm512_mul_ps(dx, _mm512_set1_ps(aux0[bb].d))));
+  acc1[L] = _mm512_add_ps(acc1[L], _mm512_mul_ps(_mm512_cvtepi32_ps(d1), _mm512_mul_ps(dx, _mm512_set1_ps(aux1[bb].d))));
+}
+
+void q8_0_panel_token2(const uint32_t* panel, int64_t nb, const uint8_t* act0, const uint8_t* act1, const ActQ8_0* aux0,
+                       const ActQ8_0* aux1, float* y0, float* y1, int64_t rows) {
+  __m512 acc0[8], acc1[8];
+#pragma GCC unroll 16
+  for (int l = 0; l < 8; ++l) acc0[l] = acc1[l] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    q8_0_step2<0>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<1>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<2>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<3>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<4>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<5>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<6>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+    q8_0_step2<7>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  }
+  const int64_t rem = nb - b;
+  if (rem > 0) q8_0_step2<0>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 1) q8_0_step2<1>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 2) q8_0_step2<2>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 3) q8_0_step2<3>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 4) q8_0_step2<4>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 5) q8_0_step2<5>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  if (rem > 6) q8_0_step2<6>(panel, b, act0, act1, aux0, aux1, acc0, acc1);
+  store_rows(y0, fold8(acc0), rows);
+  store_rows(y1, fold8(acc1), rows);
+}
+
 // ---------------------------------------------------------------- Q2_K -----------------
 // Panel super-block: 64 groups of u8 (scale * code, <= 45), 8 groups of int16 min pairs,
 // then d and dmin as floats.
@@ -423,9 +473,13 @@ void gemm_q8_0_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
     const BlockQ8_0* rowp[kPanel];
     panel_rows(w, ws, r0, rows, rowp);
     q8_0_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
-    for (int64_t t = 0; t < tokens; ++t)
-      q8_0_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as, static_cast<const ActQ8_0*>(aux.p) + t * nb,
-                       y + t * ys + r0, rows - r0);
+    const auto* pp = static_cast<const uint32_t*>(panel.p);
+    const auto* ax = static_cast<const ActQ8_0*>(aux.p);
+    int64_t t = 0;
+    for (; t + 2 <= tokens; t += 2)
+      q8_0_panel_token2(pp, nb, a + t * as, a + (t + 1) * as, ax + t * nb, ax + (t + 1) * nb, y + t * ys + r0,
+                        y + (t + 1) * ys + r0, rows - r0);
+    if (t < tokens) q8_0_panel_token(pp, nb, a + t * as, ax + t * nb, y + t * ys + r0, rows - r0);
   }
 }
 

@@ -11,7 +11,6 @@ namespace {
 
 constexpr float kGroupMaxEps = 1e-15f;  // below this a group counts as all zero
 
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // Shared body of the qkx2/qkx3 searches; they differ only in the degenerate-range test.
 float search_scale_min(int n, int nmax, const float* x, const float* weights, uint8_t* L,
@@ -262,6 +261,17 @@ float search_scale_q3(int n, int nmax, const float* x, int8_t* L) {
   }
   for (int i = 0; i < n; ++i) L[i] = static_cast<int8_t>(L[i] + nmax);
   return sumlx / suml2;
+}
+
+void pack_scale_min6(int j, uint8_t ls, uint8_t lm, uint8_t* s) {
+  if (j < 4) {
+    s[j] = ls;
+    s[j + 4] = lm;
+  } else {
+    s[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
+    s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
+    s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
+  }
 }
 
 }  // namespace ds4::quant

@@ -4,7 +4,10 @@
 // same int/uint8 truncations) because the written bytes must equal ggml's. Compile with
 // -ffp-contract=off: a fused multiply-add would change the roundings.
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+
+#include "quant/blocks.h"
 
 namespace ds4::quant {
 
@@ -14,6 +17,33 @@ namespace ds4::quant {
 static inline int nearest_int(float x) {
   const float v = x + 12582912.0f;
   return static_cast<int>(std::bit_cast<uint32_t>(v) & 0x007fffffu) - 0x00400000;
+}
+
+static inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// Packs the 6-bit scale ls and min lm of sub-block j (0..7) into the 12 scale bytes of Q4_K
+// and Q5_K (spec §4 layout; the inverse of q4k_scale_min). Sub-blocks 0..3 must be written
+// first: 4..7 add their high bits to those bytes.
+void pack_scale_min6(int j, uint8_t ls, uint8_t lm, uint8_t* s);
+
+// Runs a per-super-block writer over nrows x n_per_row (a multiple of 256): ref(x, block)
+// without importance weights, weighted(x, block, imatrix + column) with them (they repeat per
+// row). Returns the bytes written.
+template <class Block, class Ref, class Weighted>
+size_t quantize_blocks256(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix,
+                          Ref ref, Weighted weighted) {
+  auto* out = static_cast<Block*>(dst);
+  const int64_t nb = n_per_row / kQK_K;
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t i = 0; i < nb; ++i) {
+      const float* x = src + r * n_per_row + i * kQK_K;
+      Block* y = out + r * nb + i;
+      if (imatrix)
+        weighted(x, y, imatrix + i * kQK_K);
+      else
+        ref(x, y);
+    }
+  return static_cast<size_t>(nrows * nb) * sizeof(Block);
 }
 
 // Asymmetric n-element fit x ~ scale*L + min, L in [0, nmax], min <= 0, by trying

@@ -13,8 +13,6 @@ namespace ds4::quant {
 
 namespace {
 
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
 // Re-derives the codes from the stored (f16-rounded) scales, as both writers do last.
 // Sub-blocks whose effective scale is zero keep the codes from the search.
 void requantize_sub_block(const float* x, int n, float d, float dm, int nmax, uint8_t* L) {
@@ -33,18 +31,6 @@ void pack_q2_codes(const uint8_t* L, uint8_t* qs) {
 void pack_q4_codes(const uint8_t* L, uint8_t* qs) {
   for (int j = 0; j < kQK_K; j += 64, qs += 32)
     for (int l = 0; l < 32; ++l) qs[l] = static_cast<uint8_t>(L[j + l] | (L[j + l + 32] << 4));
-}
-
-// Packs 6-bit scale ls and min lm of sub-block j; sub-blocks 0..3 must be written first.
-void pack_q4_scale_min(int j, uint8_t ls, uint8_t lm, uint8_t* s) {
-  if (j < 4) {
-    s[j] = ls;
-    s[j + 4] = lm;
-  } else {
-    s[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-    s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-    s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
-  }
 }
 
 void quantize_block_q2_K_ref(const float* x, BlockQ2_K* y) {
@@ -131,7 +117,7 @@ void quantize_block_q4_K_ref(const float* x, BlockQ4_K* y) {
     uint8_t lm = static_cast<uint8_t>(nearest_int(inv_min * mins[j]));
     ls = ls < 63 ? ls : 63;
     lm = lm < 63 ? lm : 63;
-    pack_q4_scale_min(j, ls, lm, y->scales);
+    pack_scale_min6(j, ls, lm, y->scales);
   }
   y->d = fp32_to_fp16(max_scale / 63.f);
   y->dmin = fp32_to_fp16(max_min / 63.f);
@@ -153,28 +139,10 @@ void quantize_block_q4_K_weighted(const float* x, BlockQ4_K* y, const float* qw)
   }
   const float d_block = search_scale_qp(8, 63, scales, Ls, sw);
   const float m_block = search_scale_qp(8, 63, mins, Lm, sw);
-  for (int j = 0; j < 8; ++j) pack_q4_scale_min(j, Ls[j], Lm[j], y->scales);
+  for (int j = 0; j < 8; ++j) pack_scale_min6(j, Ls[j], Lm[j], y->scales);
   y->d = fp32_to_fp16(d_block);
   y->dmin = fp32_to_fp16(m_block);
   requantize_q4_K_codes(x, y, L);
-}
-
-// Runs a per-block writer over nrows x n_per_row; the importance weights repeat per row.
-template <class Block, class Ref, class Weighted>
-size_t quantize_blocks(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix,
-                       Ref ref, Weighted weighted) {
-  auto* out = static_cast<Block*>(dst);
-  const int64_t nb = n_per_row / kQK_K;
-  for (int64_t r = 0; r < nrows; ++r)
-    for (int64_t i = 0; i < nb; ++i) {
-      const float* x = src + r * n_per_row + i * kQK_K;
-      Block* y = out + r * nb + i;
-      if (imatrix)
-        weighted(x, y, imatrix + i * kQK_K);
-      else
-        ref(x, y);
-    }
-  return static_cast<size_t>(nrows * nb) * sizeof(Block);
 }
 
 }  // namespace
@@ -214,12 +182,12 @@ void dequantize_row_q4_K(const void* src, float* dst, int64_t n) {
 }
 
 size_t quantize_q2_K(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
-  return quantize_blocks<BlockQ2_K>(src, dst, nrows, n_per_row, imatrix, quantize_block_q2_K_ref,
+  return quantize_blocks256<BlockQ2_K>(src, dst, nrows, n_per_row, imatrix, quantize_block_q2_K_ref,
                                     quantize_block_q2_K_weighted);
 }
 
 size_t quantize_q4_K(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix) {
-  return quantize_blocks<BlockQ4_K>(src, dst, nrows, n_per_row, imatrix, quantize_block_q4_K_ref,
+  return quantize_blocks256<BlockQ4_K>(src, dst, nrows, n_per_row, imatrix, quantize_block_q4_K_ref,
                                     quantize_block_q4_K_weighted);
 }
 

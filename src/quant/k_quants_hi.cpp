@@ -13,19 +13,6 @@ namespace ds4::quant {
 
 namespace {
 
-inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-
-void pack_scale_min6(int j, uint8_t ls, uint8_t lm, uint8_t* s) {
-  if (j < 4) {
-    s[j] = ls;
-    s[j + 4] = lm;
-  } else {
-    s[j + 4] = static_cast<uint8_t>((ls & 0xF) | ((lm & 0xF) << 4));
-    s[j - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-    s[j] |= static_cast<uint8_t>((lm >> 4) << 6);
-  }
-}
-
 // --- Q3_K ---
 
 // Stores the 6-bit code l (0..63) of sub-block j into the 12 packed scale bytes (zeroed first).
@@ -222,22 +209,6 @@ void quantize_block_q6_K(const float* x, BlockQ6_K* y, const float* qw) {
     ql += 64;
     qh += 32;
   }
-}
-
-template <class Block, class Ref, class Weighted>
-size_t quantize_blocks256(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix, Ref ref,
-                          Weighted weighted) {
-  auto* out = static_cast<Block*>(dst);
-  const int64_t nb = n_per_row / kQK_K;
-  for (int64_t r = 0; r < nrows; ++r)
-    for (int64_t i = 0; i < nb; ++i) {
-      const float* x = src + r * n_per_row + i * kQK_K;
-      if (imatrix)
-        weighted(x, out + r * nb + i, imatrix + i * kQK_K);
-      else
-        ref(x, out + r * nb + i);
-    }
-  return static_cast<size_t>(nrows * nb) * sizeof(Block);
 }
 
 }  // namespace

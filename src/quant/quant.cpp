@@ -322,6 +322,15 @@ DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel",
 
 bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
 
+int64_t gemm_min_tokens(GgmlType weight_type) {
+  switch (weight_type) {
+    case GgmlType::Q8_0: return 1;
+    case GgmlType::Q2_K:
+    case GgmlType::IQ2_XXS: return 2;
+    default: return 3;
+  }
+}
+
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
 #if DS4_HAVE_AVX512_BUILD
   if (cpu_has_avx512_vnni()) return axpy_f32_avx512(a, x, y, n);

@@ -66,6 +66,12 @@ using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const 
                             int64_t tokens, float* y, int64_t y_stride, int64_t n);
 GemmKernel gemm_kernel(GgmlType weight_type);
 
+// The batch size from which gemm_kernel(weight_type) is faster than dot_kernel row by row on
+// this machine's kernels (measured, docs/BENCHMARKS.md): 1 for Q8_0, 2 for Q2_K and IQ2_XXS
+// (one token: decoding a panel costs more than one pass of the per-row kernel), 3 for F16.
+// Either choice gives the same floats. Meaningless when gemm_kernel returns null.
+int64_t gemm_min_tokens(GgmlType weight_type);
+
 // y[i] = y[i] + a * x[i] for i < n (attention's value accumulation). The product is rounded,
 // then the sum (never a fused multiply-add), so every path (AVX-512, AVX2, scalar) gives the
 // same floats bit for bit.

@@ -16,11 +16,6 @@ namespace ds4::compute {
 
 namespace cpu {
 
-namespace {
-// Fewest tokens for which the blocked kernel beats the per-row one (decode keeps per-row).
-constexpr int64_t kGemmMinTokens = 2;
-}  // namespace
-
 void decode_row(const Matrix& m, int64_t r, float* out) {
   const uint8_t* src = m.row(r);
   switch (m.type) {
@@ -74,10 +69,11 @@ void CpuBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y,
     });
     acts = q;
   }
-  // Batches (prefill, an expert's tokens) take the blocked rows x tokens kernel where the CPU
-  // has one: each 16-row panel of weights is decoded once and serves every token. Its results
-  // equal the per-row kernel's bit for bit, so prefill, chunked prefill and decode agree.
-  if (rows >= kGemmMinTokens) {
+  // Batches (prefill, an expert's tokens; Q8_0 even one token) take the blocked rows x tokens
+  // kernel where the CPU has one: each 16-row panel of weights is decoded once and serves every
+  // token. Its results equal the per-row kernel's bit for bit, so prefill, chunked prefill and
+  // decode agree whichever path each takes.
+  if (rows >= quant::gemm_min_tokens(w.type)) {
     if (quant::GemmKernel gemm = quant::gemm_kernel(w.type)) {
       constexpr int64_t kPanel = 16;
       const int64_t n_panels = (w.n_out + kPanel - 1) / kPanel;
