@@ -7,6 +7,7 @@
 // No std:: or shared non-static inline helpers: see dot_avx2_int.cpp.
 #include <immintrin.h>
 
+#include "quant/avx2_common.h"
 #include "quant/blocks_ext.h"
 #include "quant/iq2_tables.h"
 #include "quant/iq_grids.h"
@@ -17,26 +18,12 @@ namespace ds4::quant {
 
 namespace {
 
-inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
-
-inline int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-
-inline __m256i load32(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
-
-// Products of weights 0..15 (lo) and 16..31 (hi) with the activations, as int32 lanes.
-inline __m256i dot_lo(__m256i w, __m256i q) {
-  return _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)), _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)));
-}
-inline __m256i dot_hi(__m256i w, __m256i q) {
-  return _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)),
-                           _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)));
-}
-inline __m256i dot32(__m256i w, __m256i q) { return _mm256_add_epi32(dot_lo(w, q), dot_hi(w, q)); }
+using avx2::dot32;
+using avx2::dot_hi;
+using avx2::dot_lo;
+using avx2::h2f;
+using avx2::hsum_i32;
+using avx2::load32;
 inline __m256i scaled(__m256i v, int s) { return _mm256_mullo_epi32(v, _mm256_set1_epi32(s)); }
 
 // Byte k = 0xFF where bit k of bits is set, else 0.

@@ -7,6 +7,7 @@
 // used here, so no AVX2-compiled copy of a common inline function can reach portable code.
 #include <immintrin.h>
 
+#include "quant/avx2_common.h"
 #include "quant/blocks.h"
 #include "quant/kernels.h"
 #include "quant/lane_sum.h"
@@ -15,24 +16,10 @@ namespace ds4::quant {
 
 namespace {
 
-inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
-
-inline int hsum_i32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-  return _mm_cvtsi128_si32(s);
-}
-
-// Sum of a[i]*b[i] for 32 signed bytes, as 8 int32 partial sums. Widening to int16 first
-// keeps it exact for every byte pair (-128 included), unlike the maddubs sign trick.
-inline __m256i dot32_i8(const int8_t* a, const int8_t* b) {
-  const __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
-  const __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 16)));
-  const __m256i b0 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
-  const __m256i b1 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16)));
-  return _mm256_add_epi32(_mm256_madd_epi16(a0, b0), _mm256_madd_epi16(a1, b1));
-}
+using avx2::hsum_i32;
+inline float half_to_float(uint16_t h) { return avx2::h2f(h); }
+// Sum of a[i]*b[i] for 32 signed bytes, as 8 int32 partial sums (exact for every byte pair).
+inline __m256i dot32_i8(const int8_t* a, const int8_t* b) { return avx2::dot32(avx2::load32(a), avx2::load32(b)); }
 
 // Lane k of the result = sum of all 8 lanes of v[k].
 inline __m256i transpose_sum8(const __m256i v[8]) {

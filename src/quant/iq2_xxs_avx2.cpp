@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "quant/avx2_common.h"
 #include "quant/blocks.h"
 #include "quant/iq2_tables.h"
 #include "quant/iq2_xxs.h"
@@ -51,12 +52,7 @@ static inline __m256i scaled_sub_block(const uint32_t aux[2], const int8_t* q8, 
   return _mm256_madd_epi16(pairs, ls);
 }
 
-static inline int32_t hsum_epi32(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
+static inline int32_t hsum_epi32(__m256i v) { return avx2::hsum_i32(v); }
 
 // The block's integer sum the plain way (as the scalar reference); used only for activation
 // blocks containing -128, which ggml's Q8_K quantizer never produces.
