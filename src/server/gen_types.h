@@ -40,6 +40,10 @@ struct Usage {
   int64_t cached_tokens = 0;     // prompt tokens reused from the live session
   int64_t completion_tokens = 0;
   int64_t reasoning_tokens = 0;  // part of completion_tokens spent before </think>
+  // Timings (reported by the OpenAI writers as llama-server's `timings` object).
+  int64_t prefill_evaluated = 0;  // prompt tokens actually evaluated (prompt - cached, or more after a rewind)
+  double prefill_ms = 0;          // wall time of the prefill
+  double generation_ms = 0;       // wall time from the end of the prefill to the last token
 };
 
 enum class Finish { Stop, Length, ToolCalls, StopSequence, Cancelled };

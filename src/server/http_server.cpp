@@ -8,6 +8,7 @@
 #include "server/api_error.h"
 #include "server/http_transport.h"
 #include "server/prepare.h"
+#include "server/webui/webui.h"
 #include "server/writers.h"
 
 namespace ds4::server {
@@ -23,6 +24,7 @@ std::string endpoint_label(const std::string& path) {
     if (path == k) return k;
   }
   if (path.rfind("/v1/models/", 0) == 0) return "/v1/models/{id}";
+  if (path == "/" || path == "/index.html" || path.rfind("/webui/", 0) == 0) return "webui";
   return "other";
 }
 
@@ -112,6 +114,11 @@ struct HttpServer::Impl final : HttpHandler {
       r.status = 204;
       r.content_type.clear();
       return r;
+    }
+    // The page itself is public (it holds no data); with --api-key it asks for the key and
+    // sends it with its /v1 requests.
+    if (opts.webui && req.method == "GET") {
+      if (auto page = webui::serve(p, req.header("If-None-Match"))) return page;
     }
     if (!opts.api_key.empty() && req.method != "OPTIONS" && p.rfind("/v1/", 0) == 0) {
       std::string bearer = req.header("Authorization");

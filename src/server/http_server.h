@@ -17,6 +17,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see bound_port())
   bool cors = false;
+  bool webui = true;  // GET / serves the chat page (src/server/webui); --no-webui turns it off
   std::string api_key;  // empty: no authentication
   size_t max_body_bytes = 32u << 20;     // 413 beyond, for every transfer encoding
   size_t max_header_bytes = 64u << 10;   // 431 beyond

@@ -433,6 +433,8 @@ void Worker::run(Job& job) {
   if (!gone(job)) st = model_.sync(job.prompt, &job.cancel);
   double prefill_s = std::chrono::duration<double>(Clock::now() - t0).count();
   usage.cached_tokens = st.reused;
+  usage.prefill_evaluated = st.evaluated;
+  usage.prefill_ms = prefill_s * 1e3;
   metrics_.add_prompt(usage.prompt_tokens, st.reused, st.evaluated, prefill_s);
   if (st.cancelled || gone(job)) {
     metrics_.count_cancelled();
@@ -566,6 +568,7 @@ void Worker::run(Job& job) {
 
   double gen_s = std::chrono::duration<double>(Clock::now() - t1).count();
   usage.completion_tokens = n;
+  usage.generation_ms = gen_s * 1e3;
   metrics_.add_generation(n, gen_s);
   GenEvent done;
   done.kind = GenEvent::Kind::Done;

@@ -44,6 +44,19 @@ json openai_usage(const Usage& u) {
               {"completion_tokens_details", {{"reasoning_tokens", u.reasoning_tokens}}}};
 }
 
+// llama-server's names, so that clients written for it (and the web page) read them as is.
+// Rates are tokens per second of wall time; 0 when nothing was evaluated.
+json openai_timings(const Usage& u) {
+  auto rate = [](int64_t n, double ms) { return n > 0 && ms > 0 ? static_cast<double>(n) * 1e3 / ms : 0.0; };
+  return json{{"cache_n", u.cached_tokens},
+              {"prompt_n", u.prefill_evaluated},
+              {"prompt_ms", u.prefill_ms},
+              {"prompt_per_second", rate(u.prefill_evaluated, u.prefill_ms)},
+              {"predicted_n", u.completion_tokens},
+              {"predicted_ms", u.generation_ms},
+              {"predicted_per_second", rate(u.completion_tokens, u.generation_ms)}};
+}
+
 class ChatWriter final : public ApiWriter {
  public:
   using ApiWriter::ApiWriter;
@@ -70,7 +83,7 @@ class ChatWriter final : public ApiWriter {
     choice["logprobs"] = req_.top_logprobs >= 0 ? chat_logprobs(logprobs_) : json(nullptr);
     return json{{"id", id_},          {"object", "chat.completion"}, {"created", created_},
                 {"model", req_.model}, {"choices", json::array({std::move(choice)})},
-                {"usage", openai_usage(usage_)}, {"system_fingerprint", "ds4"}};
+                {"usage", openai_usage(usage_)}, {"timings", openai_timings(usage_)}, {"system_fingerprint", "ds4"}};
   }
 
  protected:
@@ -96,7 +109,8 @@ class ChatWriter final : public ApiWriter {
     std::string out = chunk(json::object(), chat_finish(finish_));
     if (req_.include_usage) {
       json u{{"id", id_},          {"object", "chat.completion.chunk"}, {"created", created_},
-             {"model", req_.model}, {"choices", json::array()},          {"usage", openai_usage(usage_)}};
+             {"model", req_.model}, {"choices", json::array()},          {"usage", openai_usage(usage_)},
+             {"timings", openai_timings(usage_)}};
       out += sse(u);
     }
     return out + "data: [DONE]\n\n";
@@ -144,7 +158,7 @@ class CompletionsWriter final : public ApiWriter {
     choice["logprobs"] = req_.top_logprobs >= 0 ? completion_logprobs(logprobs_, 0) : json(nullptr);
     return json{{"id", id_},          {"object", "text_completion"}, {"created", created_},
                 {"model", req_.model}, {"choices", json::array({std::move(choice)})},
-                {"usage", openai_usage(usage_)}, {"system_fingerprint", "ds4"}};
+                {"usage", openai_usage(usage_)}, {"timings", openai_timings(usage_)}, {"system_fingerprint", "ds4"}};
   }
 
  protected:
@@ -164,7 +178,8 @@ class CompletionsWriter final : public ApiWriter {
     std::string out = chunk("", finish_ == Finish::Length ? "length" : "stop", nullptr);
     if (req_.include_usage) {
       out += sse(json{{"id", id_},          {"object", "text_completion"}, {"created", created_},
-                      {"model", req_.model}, {"choices", json::array()},    {"usage", openai_usage(usage_)}});
+                      {"model", req_.model}, {"choices", json::array()},    {"usage", openai_usage(usage_)},
+                      {"timings", openai_timings(usage_)}});
     }
     return out + "data: [DONE]\n\n";
   }

@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--port", so.port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
   app.add_flag("--cors", so.cors, "send Access-Control-Allow-* headers for browser clients");
+  bool no_webui = false;
+  app.add_flag("--no-webui", no_webui, "do not serve the chat page at / (docs/SERVER.md)");
   app.add_option("--api-key", so.api_key, "require this key (Authorization: Bearer KEY, or x-api-key: KEY) on /v1/*");
   app.add_option("--max-body-bytes", so.max_body_bytes, "largest accepted request body (413 beyond)")
       ->capture_default_str()->check(CLI::PositiveNumber);
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  so.webui = !no_webui;
 
   // Writes to closed sockets must fail with EPIPE, not kill the process; SIGINT / SIGTERM
   // are taken by a thread that stops the server.

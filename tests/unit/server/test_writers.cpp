@@ -90,6 +90,33 @@ GenRequest req(ApiKind api, bool include_usage = false) {
   return r;
 }
 
+// The usage chunk and the final body carry llama-server's `timings` (the web page's stats line):
+// rates are tokens / wall seconds, 0 when nothing was evaluated. 40 tokens in 200 ms = 200 t/s,
+// 7 tokens in 350 ms = 20 t/s.
+TEST(ServerWriters, ChatTimings) {
+  GenRequest r = req(ApiKind::Chat, true);
+  auto w = make_writer(r, "chatcmpl-1", 1000);
+  GenEvent d = done(Finish::Stop);
+  d.usage.prefill_evaluated = 40;
+  d.usage.prefill_ms = 200;
+  d.usage.generation_ms = 350;
+  auto evs = parse_sse(run(*w, {ev(GenEvent::Kind::Text, "hi"), d}));
+  ASSERT_GE(evs.size(), 3u);
+  const json& t = evs[evs.size() - 2].data["timings"];
+  EXPECT_EQ(t["cache_n"], 60);
+  EXPECT_EQ(t["prompt_n"], 40);
+  EXPECT_DOUBLE_EQ(t["prompt_ms"].get<double>(), 200.0);
+  EXPECT_DOUBLE_EQ(t["prompt_per_second"].get<double>(), 200.0);
+  EXPECT_EQ(t["predicted_n"], 7);
+  EXPECT_DOUBLE_EQ(t["predicted_per_second"].get<double>(), 20.0);
+  EXPECT_EQ(w->final_body()["timings"], t);
+
+  // A fully cached prompt: nothing evaluated, rate 0 (not a division by zero).
+  auto w2 = make_writer(r, "chatcmpl-2", 1000);
+  auto evs2 = parse_sse(run(*w2, {done(Finish::Stop)}));
+  EXPECT_EQ(evs2[evs2.size() - 2].data["timings"]["prompt_per_second"], 0.0);
+}
+
 TEST(ServerWriters, ChatStreamChunks) {
   GenRequest r = req(ApiKind::Chat, true);
   auto w = make_writer(r, "chatcmpl-1", 1000);
