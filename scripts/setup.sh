@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the build and tests need on Debian 12, idempotently:
 #   1. Debian packages (apt-get; when not root, prints the command and stops)
-#   2. npm test dependencies into third_party/npm/node_modules, pinned by package-lock.json
+#   2. npm dependencies into third_party/*/node_modules, each pinned by its package-lock.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +12,7 @@ DEB_PACKAGES=(
   libssl-dev
   clang libclang-rt-14-dev
   tmux python3 patch
+  chromium chromium-driver
 )
 
 missing=()
@@ -38,6 +39,8 @@ fi
 
 # npm: exact versions from the committed lockfiles. Re-run only when a lockfile changes.
 #   third_party/npm           oracles and SDK clients (always)
+#   third_party/webui         the chat page's bundler and Markdown library, and playwright-core for
+#                             its browser test (always; drives the Debian chromium above)
 #   third_party/agents/core   Claude Code and pi, run by make test (about 400 MB)
 #   third_party/agents/extra  Codex and opencode, only with DS4_SETUP_EXTRA_AGENTS=1 (make test-clients)
 npm_install() {
@@ -49,6 +52,7 @@ npm_install() {
   fi
 }
 npm_install third_party/npm
+npm_install third_party/webui
 npm_install third_party/agents/core
 if [[ ${DS4_SETUP_EXTRA_AGENTS:-} == 1 ]]; then
   npm_install third_party/agents/extra

@@ -118,7 +118,7 @@ struct HttpServer::Impl final : HttpHandler {
     // The page itself is public (it holds no data); with --api-key it asks for the key and
     // sends it with its /v1 requests.
     if (opts.webui && req.method == "GET") {
-      if (auto page = webui::serve(p, req.header("If-None-Match"))) return page;
+      if (auto page = webui::serve(p, req.header("If-None-Match"), req.header("Accept-Encoding"))) return page;
     }
     if (!opts.api_key.empty() && req.method != "OPTIONS" && p.rfind("/v1/", 0) == 0) {
       std::string bearer = req.header("Authorization");

@@ -2,12 +2,14 @@
 //   dist/index.html  copied from index.html
 //   dist/app.js      app.js + api.js + store.js + markdown.js + markdown-it, bundled and minified
 //   dist/app.css     app.css, minified
+//   dist/*.gz        each of them gzip-compressed (served to browsers that accept gzip)
 // with the pinned esbuild and markdown-it of third_party/webui (scripts/setup.sh installs them).
 //   node src/server/webui/build.mjs          write dist/
 //   node src/server/webui/build.mjs --check  exit 1 when dist/ differs from a fresh build
 import fs from 'node:fs';
 import path from 'node:path';
 import { createRequire } from 'node:module';
+import zlib from 'node:zlib';
 
 const here = path.dirname(new URL(import.meta.url).pathname);
 const root = path.resolve(here, '../../..');
@@ -34,12 +36,20 @@ const out = {
   'app.js': Buffer.from(js.outputFiles[0].contents),
   'app.css': Buffer.from(css.outputFiles[0].contents),
 };
+for (const f of Object.keys(out)) out[`${f}.gz`] = zlib.gzipSync(out[f], { level: 9 });
 const dist = path.join(here, 'dist');
 if (process.argv.includes('--check')) {
-  const stale = Object.keys(out).filter((f) => {
-    const p = path.join(dist, f);
-    return !fs.existsSync(p) || !fs.readFileSync(p).equals(out[f]);
-  });
+  // A .gz file is checked by its content: another zlib may compress the same bytes differently.
+  const same = (f, fresh) => {
+    const old = fs.readFileSync(path.join(dist, f));
+    if (!f.endsWith('.gz')) return old.equals(fresh);
+    try {
+      return zlib.gunzipSync(old).equals(zlib.gunzipSync(fresh));
+    } catch {
+      return false;
+    }
+  };
+  const stale = Object.keys(out).filter((f) => !fs.existsSync(path.join(dist, f)) || !same(f, out[f]));
   if (stale.length) {
     console.error(`build.mjs --check: src/server/webui/dist/{${stale.join(',')}} differ from a fresh build of the sources; run: node src/server/webui/build.mjs`);
     process.exit(1);

@@ -45,20 +45,65 @@ const Asset* find(std::string_view name) {
   return nullptr;
 }
 
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i] >= 'A' && a[i] <= 'Z' ? static_cast<char>(a[i] + 32) : a[i];
+    if (x != b[i]) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
-std::optional<HttpResponse> serve(std::string_view path, std::string_view if_none_match) {
+bool accepts_gzip(std::string_view accept_encoding) {
+  bool star = false, gzip = false, gzip_named = false;
+  while (!accept_encoding.empty()) {
+    size_t comma = accept_encoding.find(',');
+    std::string_view item = accept_encoding.substr(0, comma);
+    accept_encoding = comma == std::string_view::npos ? std::string_view() : accept_encoding.substr(comma + 1);
+    size_t semi = item.find(';');
+    std::string_view coding = trim(item.substr(0, semi));
+    bool zero = false;
+    if (semi != std::string_view::npos) {
+      std::string_view q = trim(item.substr(semi + 1));
+      if (q.size() >= 2 && (q[0] == 'q' || q[0] == 'Q') && q[1] == '=') {
+        q = trim(q.substr(2));
+        zero = !q.empty() && q.find_first_not_of("0.") == std::string_view::npos;
+      }
+    }
+    if (iequals(coding, "gzip") || iequals(coding, "x-gzip")) {
+      gzip_named = true;
+      gzip = gzip || !zero;
+    } else if (coding == "*") {
+      star = !zero;
+    }
+  }
+  return gzip || (!gzip_named && star);
+}
+
+std::optional<HttpResponse> serve(std::string_view path, std::string_view if_none_match,
+                                  std::string_view accept_encoding) {
   std::string_view name;
   if (path == "/" || path == "/index.html") {
     name = "index.html";
   } else if (path.rfind("/webui/", 0) == 0 && path.size() > 7) {
     name = path.substr(7);
-    if (name == "index.html") return std::nullopt;  // only at /
+    // index.html only at /; the .gz copies only through Accept-Encoding.
+    if (name == "index.html" || (name.size() > 3 && name.substr(name.size() - 3) == ".gz")) return std::nullopt;
   } else {
     return std::nullopt;
   }
-  const Asset* a = find(name);
-  if (!a) return std::nullopt;
+  const Asset* plain = find(name);
+  if (!plain) return std::nullopt;
+  const Asset* gz = accepts_gzip(accept_encoding) ? find(std::string(name) + ".gz") : nullptr;
+  const Asset* a = gz ? gz : plain;
   HttpResponse r;
   std::string tag = etag(*a);
   r.headers = {{"Content-Security-Policy", kContentSecurityPolicy},
@@ -66,7 +111,9 @@ std::optional<HttpResponse> serve(std::string_view path, std::string_view if_non
                {"Referrer-Policy", "no-referrer"},
                {"X-Frame-Options", "DENY"},
                {"Cache-Control", "no-cache"},
+               {"Vary", "Accept-Encoding"},
                {"ETag", tag}};
+  if (gz) r.headers.emplace_back("Content-Encoding", "gzip");
   if (if_none_match == tag) {
     r.status = 304;
     r.content_type.clear();
