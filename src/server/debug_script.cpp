@@ -35,17 +35,27 @@ DebugScript DebugScript::load(const std::string& path) {
       if (!r["with_tools"].is_boolean()) fail("{}: rules[{}].with_tools: expected a boolean", path, i);
       with_tools = r["with_tools"].get<bool>();
     }
-    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>(), std::move(reasoning), with_tools});
+    int64_t delay = 0;
+    if (r.contains("token_delay_ms")) {
+      const auto& d = r["token_delay_ms"];
+      if (!d.is_number_integer() || d.get<int64_t>() < 0 || d.get<int64_t>() > 10000) {
+        fail("{}: rules[{}].token_delay_ms: expected an integer from 0 to 10000", path, i);
+      }
+      delay = d.get<int64_t>();
+    }
+    s.rules_.push_back({r["when"].get<std::string>(), r["text"].get<std::string>(), std::move(reasoning), with_tools, delay});
   }
   return s;
 }
 
-std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning, bool has_tools) const {
+std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning, bool has_tools,
+                                              int64_t* token_delay_ms) const {
   size_t last_user = prompt_text.rfind(chat::mark::kUser);
   std::string_view tail = last_user == std::string_view::npos ? prompt_text : prompt_text.substr(last_user);
   for (const auto& r : rules_) {
     if (tail.find(r.when) == std::string_view::npos) continue;
     if (r.with_tools && *r.with_tools != has_tools) continue;
+    if (token_delay_ms) *token_delay_ms = r.token_delay_ms;
     if (r.reasoning && in_reasoning) return *r.reasoning + std::string(chat::mark::kThinkClose) + r.text;
     return r.text;
   }

@@ -450,8 +450,12 @@ void Worker::run(Job& job) {
   auto t1 = Clock::now();
   model_.set_sampler(job.req.sampling);
   std::optional<std::vector<int32_t>> forced;
+  int64_t forced_delay_ms = 0;  // TEST SCAFFOLDING: the script rule's pause after each token
   if (opts_.debug_script) {
-    if (auto text = opts_.debug_script->match(job.prompt_text, job.starts_in_reasoning, job.req.tools_enabled)) forced = model_.encode(*text, true);
+    if (auto text = opts_.debug_script->match(job.prompt_text, job.starts_in_reasoning, job.req.tools_enabled,
+                                              &forced_delay_ms)) {
+      forced = model_.encode(*text, true);
+    }
   }
   const bool dsml = job.req.conversation.has_value();
   chat::DsmlStreamParser parser(job.starts_in_reasoning);
@@ -507,6 +511,7 @@ void Worker::run(Job& job) {
         break;
       }
       tok = (*forced)[n];
+      if (forced_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(forced_delay_ms));
     } else {
       SampleOptions so;
       if (gate.structural()) so.temperature = 0.0f;

@@ -105,12 +105,13 @@ function renderList() {
       setTimeout(() => { input.focus(); input.select(); });
       continue;
     }
-    const title = el('span', 'title', c.title);
+    // The title is a button, so the list works from the keyboard too.
+    const title = button(c.title, () => selectConversation(c.id), 'title');
     title.title = c.title;
+    if (c.id === state.current) title.setAttribute('aria-current', 'true');
     li.append(title);
-    li.append(button('Rename', (e) => { e.stopPropagation(); renaming = c.id; renderList(); }, 'rename'));
-    li.append(button('Delete', (e) => { e.stopPropagation(); deleteConversation(c); }, 'delete'));
-    li.addEventListener('click', () => selectConversation(c.id));
+    li.append(button('Rename', () => { renaming = c.id; renderList(); }, 'rename'));
+    li.append(button('Delete', () => deleteConversation(c), 'delete'));
     ul.append(li);
   }
 }

@@ -148,5 +148,20 @@ TEST(ServerDebugScript, MatchesTheLastUserTurnOnly) {
   EXPECT_THROW(DebugScript::load(path), std::exception);
 }
 
+TEST(ServerDebugScript, TokenDelayOfTheMatchingRule) {
+  std::string path = std::string(DS4_BUILD_DIR) + "/server_script_delay_test.json";
+  std::ofstream(path) << R"({"rules":[{"when":"SLOW","text":"s","token_delay_ms":25},{"when":"FAST","text":"f"}]})";
+  DebugScript s = DebugScript::load(path);
+  int64_t d = -1;
+  EXPECT_EQ(s.match("<｜User｜>SLOW", false, false, &d), std::optional<std::string>("s"));
+  EXPECT_EQ(d, 25);
+  EXPECT_EQ(s.match("<｜User｜>FAST", false, false, &d), std::optional<std::string>("f"));
+  EXPECT_EQ(d, 0);
+  for (const char* bad : {"-1", "1.5", "\"10\"", "10001"}) {
+    std::ofstream(path) << R"({"rules":[{"when":"A","text":"t","token_delay_ms":)" << bad << "}]}";
+    EXPECT_THROW(DebugScript::load(path), std::exception) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace ds4::server
