@@ -28,6 +28,7 @@ let gen = null;  // the answer being generated: {conv, msg, controller}
 let editing = -1;  // index of the user message being edited in the current conversation
 let renaming = null;  // id of the conversation whose title is being edited
 let updateQueued = false;
+const thinkingOpen = new WeakMap();  // answer -> the reader's choice for its thinking block
 
 const current = () => state.conversations.find((c) => c.id === state.current) || null;
 
@@ -164,16 +165,18 @@ function userEl(c, m, i) {
   return d;
 }
 
-function assistantEl(c, m, i, old) {
+function assistantEl(c, m, i) {
   const d = el('div', 'msg assistant');
   d.dataset.index = i;
   const streaming = gen && gen.msg === m;
   d.append(el('div', 'role', 'Assistant'));
   if (m.reasoning) {
+    // Open while the thinking streams, closed once the answer begins, unless the reader chose.
     const det = el('details', 'thinking');
-    const prev = old && old.querySelector('details.thinking');
-    det.open = prev ? prev.open : !!streaming && !m.content;
-    det.append(el('summary', '', streaming && !m.content ? 'Thinking…' : 'Thinking'), el('div', 'reasoning', m.reasoning));
+    det.open = thinkingOpen.has(m) ? thinkingOpen.get(m) : !!streaming && !m.content;
+    const summary = el('summary', '', streaming && !m.content ? 'Thinking…' : 'Thinking');
+    summary.addEventListener('click', () => thinkingOpen.set(m, !det.open));
+    det.append(summary, el('div', 'reasoning', m.reasoning));
     d.append(det);
   }
   const body = el('div', 'body markdown');
@@ -185,18 +188,20 @@ function assistantEl(c, m, i, old) {
   if (stats) d.append(el('div', 'stats', stats));
   if (!streaming) {
     const actions = el('div', 'actions');
-    actions.append(button('Copy', (e) => {
-      const b = e.currentTarget;
-      copyText(m.content).then((ok) => { b.textContent = ok ? 'Copied' : 'Copy failed'; setTimeout(() => { b.textContent = 'Copy'; }, 1500); });
-    }, 'copy-answer'));
+    if (m.content) {
+      actions.append(button('Copy', (e) => {
+        const b = e.currentTarget;
+        copyText(m.content).then((ok) => { b.textContent = ok ? 'Copied' : 'Copy failed'; setTimeout(() => { b.textContent = 'Copy'; }, 1500); });
+      }, 'copy-answer'));
+    }
     if (i === c.messages.length - 1 && !gen) actions.append(button('Regenerate', () => regenerate(c), 'regenerate'));
     d.append(actions);
   }
   return d;
 }
 
-function messageEl(c, m, i, old) {
-  return m.role === 'user' ? userEl(c, m, i) : assistantEl(c, m, i, old);
+function messageEl(c, m, i) {
+  return m.role === 'user' ? userEl(c, m, i) : assistantEl(c, m, i);
 }
 
 function nearBottom(box) {
@@ -206,13 +211,15 @@ function nearBottom(box) {
 function renderMessages() {
   const box = $('messages');
   const c = current();
+  const top = box.scrollTop;
   box.replaceChildren();
   if (!c || !c.messages.length) {
     box.append(el('div', 'empty', 'Send a message to start.'));
     return;
   }
   c.messages.forEach((m, i) => box.append(messageEl(c, m, i)));
-  box.scrollTop = box.scrollHeight;
+  // Editing an earlier message keeps the view where it was (focus brings the editor into view).
+  box.scrollTop = editing >= 0 ? top : box.scrollHeight;
 }
 
 // Re-renders only the answer being streamed, at most once a frame.
@@ -227,7 +234,7 @@ function scheduleUpdate() {
     const old = box.querySelector(`.msg[data-index="${i}"]`);
     if (!old) return;
     const stick = nearBottom(box);
-    old.replaceWith(messageEl(gen.conv, gen.msg, i, old));
+    old.replaceWith(messageEl(gen.conv, gen.msg, i));
     if (stick) box.scrollTop = box.scrollHeight;
   });
 }
