@@ -51,7 +51,9 @@ TEST(TokenizerCli, VocabFromHfThenTokenizeMatchesHf) {
 
 TEST(TokenizerCli, BadInputFailsWithAMessage) {
   const std::string dir = DS4_BUILD_DIR;
-  const std::string gguf = dir + "/cli_vocab.gguf";
+  // Not the previous test's file: ctest runs the two at once, and vocab-from-hf renames its
+  // .tmp onto the path (a shared path failed in make test).
+  const std::string gguf = dir + "/cli_vocab_bad_input.gguf";
   run_ok(bin() + " vocab-from-hf --tokenizer-json '" + tokenizer_json_path() + "' --out '" + gguf + "' 2>/dev/null");
   const std::string bad = dir + "/cli_bad.jsonl";
   std::ofstream(bad) << "\"ok\"\n{\"x\": 1}\n";
