@@ -4,8 +4,8 @@
 // once by register_weights() and found again by host address in a sorted table; every op
 // translates its weight pointers through it. Kernels live in cuda_ops_*.cu (cuda_ops.h) and
 // in the GEMV/MoE files (gemv.h). Host C++20 (backend.h needs std::span), no device code.
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -158,6 +158,16 @@ class CudaBackend final : public Backend {
     long long calls = 0;
   };
   bool prof_ = false;
+  // DS4_CUDA_PROFILE=host: the table holds the host's time inside each op (issuing it) instead
+  // of the GPU's, to find where a host-bound step spends its time.
+  bool prof_host_ = false;
+  std::chrono::steady_clock::time_point prof_t0_;
+  // DS4_CUDA_HOSTSTAT=1: host time spent issuing work between synchronizations vs waiting in
+  // them (a decode step that never waits is bound by the host, not the GPU), printed at exit.
+  bool hoststat_ = false;
+  double issue_s_ = 0, wait_s_ = 0;
+  long syncs_ = 0;
+  std::chrono::steady_clock::time_point last_sync_ = std::chrono::steady_clock::now();
   std::vector<cudaEvent_t> prof_free_;
   std::vector<ProfPending> prof_pending_;
   std::map<std::string, ProfEntry> prof_table_;
@@ -199,9 +209,15 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   h_err_[0] = h_err_[1] = 0;
   const char* pe = std::getenv("DS4_CUDA_PROFILE");
   prof_ = pe && *pe && std::strcmp(pe, "0") != 0;
+  prof_host_ = prof_ && std::strcmp(pe, "host") == 0;
+  const char* hs = std::getenv("DS4_CUDA_HOSTSTAT");
+  hoststat_ = hs && *hs && std::strcmp(hs, "0") != 0;
 }
 
 CudaBackend::~CudaBackend() {
+  if (hoststat_ && syncs_ > 0)
+    std::fprintf(stderr, "cuda host: %.3f s issuing work, %.3f s waiting for the GPU, over %ld synchronizations\n",
+                 issue_s_, wait_s_, syncs_);
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
   if (stream_) cudaStreamSynchronize(stream_);
   cuda::block_cache().trim();
@@ -227,7 +243,15 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::sync_and_check(const char* what) {
   check(cudaMemcpyAsync(h_err_, d_err_, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream_), "error word copy");
+  const auto t0 = std::chrono::steady_clock::now();
   cudaError_t e = cudaStreamSynchronize(stream_);
+  if (hoststat_) {
+    const auto t1 = std::chrono::steady_clock::now();
+    issue_s_ += std::chrono::duration<double>(t0 - last_sync_).count();
+    wait_s_ += std::chrono::duration<double>(t1 - t0).count();
+    ++syncs_;
+    last_sync_ = t1;
+  }
   if (e != cudaSuccess)
     fail("CUDA {}: the stream failed (a kernel or copy issued since the last synchronize): {}", what,
          cudaGetErrorString(e));
@@ -244,6 +268,11 @@ void CudaBackend::sync_and_check(const char* what) {
 // ---- profiling ------------------------------------------------------------------------------
 
 void CudaBackend::prof_begin(std::string name) {
+  if (prof_host_) {
+    prof_pending_.push_back(ProfPending{std::move(name), nullptr, nullptr});
+    prof_t0_ = std::chrono::steady_clock::now();
+    return;
+  }
   auto take = [&] {
     cudaEvent_t e;
     if (!prof_free_.empty()) {
@@ -260,6 +289,15 @@ void CudaBackend::prof_begin(std::string name) {
 }
 
 void CudaBackend::prof_end() noexcept {
+  if (prof_host_) {
+    if (prof_pending_.empty()) return;
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - prof_t0_).count();
+    ProfEntry& e = prof_table_[prof_pending_.back().name];
+    e.ms += ms;
+    e.calls += 1;
+    prof_pending_.pop_back();
+    return;
+  }
   if (!prof_pending_.empty()) cudaEventRecord(prof_pending_.back().b, stream_);
 }
 
@@ -287,7 +325,8 @@ std::string CudaBackend::profile_report(bool reset) {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   double total = 0;
   for (auto& [n, e] : rows) total += e.ms;
-  std::string out = fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all):\n", total);
+  std::string out = prof_host_ ? fmt::format("cuda profile (host time inside each op, {:.3f} ms in all):\n", total)
+                               : fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all):\n", total);
   out += fmt::format("  {:<40} {:>9} {:>11} {:>10} {:>6}\n", "op", "calls", "total ms", "us/call", "%");
   for (auto& [n, e] : rows)
     out += fmt::format("  {:<40} {:>9} {:>11.3f} {:>10.2f} {:>6.1f}\n", n, e.calls, e.ms, 1e3 * e.ms / e.calls,
