@@ -20,8 +20,11 @@
 //          hc_pre) turn into at most a few ulp: relative tolerance stated per case.
 //  dbl     a double accumulation in another order (RMS, cos/sin in double): the double result
 //          differs in its last bits, the float rounding of it almost never.
-//  order   float dot products summed in another order (attention, indexer): tolerance from the
-//          blocked-summation bound of quant/quant.h, computed from the data of the case.
+//  order   (no longer used as the pass rule) attention and the indexer now add in the CPU's
+//          order and must match bit for bit; the blocked-summation bound of quant/quant.h is
+//          still printed beside the result.
+// Measured on the H200 (2026-12-01): every case of every class showed 0 differing values once
+// both backends took e^x as exp in double rounded once (compute::exp_f).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -573,12 +576,15 @@ void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int6
   const double rel = 2 * ds + (T + 16) * std::ldexp(1.0, -22);
   Cmp c = compare(out.host(0), out.host(1));
   char t[96];
-  std::snprintf(t, sizeof t, "abs %.2g=(2ds+(T+16)2^-22)max|v|, at %.3f", rel * maxv, c.max_abs / (rel * maxv));
+  std::snprintf(t, sizeof t, "exact; bound abs %.2g=(2ds+(T+16)2^-22)max|v|, at %.3f", rel * maxv,
+                c.max_abs / (rel * maxv));
   const std::string s = shp({heads, hd}) + " w" + std::to_string(window) + " p" + std::to_string(pos) + " c" +
                         std::to_string(n_comp) + (n_idx ? " i" + std::to_string(n_idx) : "") + " T" +
                         std::to_string(T) + (exact_dots ? " xd" : "");
+  // The kernels replay the CPU's order (cuda_ops_attention.cu): every value bit for bit; the
+  // summation bound stays as the second line of defence for --cpu-vs-cpu style comparisons.
   report(exact_dots ? "attention (exact dots)" : "attention", s, c.max_abs, c.max_rel, c.differ, heads * hd, t,
-         c.nonfinite == 0 && c.max_abs <= rel * maxv);
+         c.nonfinite == 0 && c.max_abs <= rel * maxv && c.differ == 0);
   if (time_it) {
     compute::AttnKv k = kv(1);
     time_gpu("attention", s, static_cast<double>(T) * hd * 4 + 2.0 * heads * hd * 4, 4.0 * heads * T * hd,
@@ -638,9 +644,9 @@ void case_indexer(int64_t heads, int64_t hd, int64_t n_keys, bool time_it) {
     if (bound > 0) worst = std::max(worst, d / bound);
   }
   char t[96];
-  std::snprintf(t, sizeof t, "order: per-key bound, worst at %.2f of it", worst);
+  std::snprintf(t, sizeof t, "exact (CPU order); bound worst at %.2f", worst);
   report("indexer_scores", shp({heads, hd}) + " keys " + std::to_string(n_keys), max_abs, 0, differ, n_keys, t,
-         bad == 0);
+         bad == 0 && differ == 0);
   if (time_it)
     time_gpu("indexer_scores", shp({heads, hd}) + " keys " + std::to_string(n_keys), n_keys * hd * 4.0 + n_keys * 4.0,
              2.0 * heads * hd * n_keys, [&] { GPU->indexer_scores(q[1], w[1], scale, heads, hd, K[1], n_keys, sc[1]); });
