@@ -5,6 +5,10 @@
 //
 // Reference: the CPU codecs on the same inputs: quant::quantize_activation_row + quant::vec_dot
 // (what compute/cpu's matmul does per row), or dequantize_row + the f32 vec_dot (float_acts).
+// Pass rule without float_acts: every output equal to the CPU's bit for bit (the kernels add
+// the CPU's block terms in the CPU's order, gemv_exact.cuh; float weights follow the AVX2
+// kernel's FMA chains, so only where the CPU has AVX2). The bounds below are checked too; with
+// float_acts (decoded weights, another order) they are the pass rule.
 // Tolerances (|gpu - cpu| per output):
 //  * integer-dot paths (Q8_0, Q2_K, Q4_K, IQ2_XXS against Q8_0/Q8_K activations): 1e-5 * S,
 //    S = sum over the row of |terms|: |w_i a_i| with w, a the decoded weight and activation
