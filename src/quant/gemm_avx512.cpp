@@ -351,6 +351,70 @@ void q2_K_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, flo
   store_rows(y, fold8(acc), rows);
 }
 
+// Two tokens per pass: each weight group and min pair is loaded once for both.
+template <int L>
+inline void q2_K_step2(const uint32_t* panel, int64_t b, const BlockQ8_K* y0, const BlockQ8_K* y1, __m512* acc0,
+                       __m512* acc1) {
+  const int64_t bb = b + L;
+  const uint32_t* pb = panel + bb * kQ2PanelWords;
+  const BlockQ8_K& a0 = y0[bb];
+  const BlockQ8_K& a1 = y1[bb];
+  __m512i i0 = _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+#pragma GCC unroll 64
+  for (int g = 0; g < 64; ++g) {
+    const __m512i wg = _mm512_load_si512(pb + g * kPanel);
+    i0 = _mm512_dpbusd_epi32(i0, wg, bcast32(a0.qs + 4 * g));
+    i1 = _mm512_dpbusd_epi32(i1, wg, bcast32(a1.qs + 4 * g));
+  }
+  __m512i m0 = _mm512_setzero_si512(), m1 = _mm512_setzero_si512();
+  const uint32_t* mins = pb + 64 * kPanel;
+#pragma GCC unroll 16
+  for (int i = 0; i < 8; ++i) {
+    const __m512i mp = _mm512_load_si512(mins + i * kPanel);
+    m0 = _mm512_dpwssd_epi32(m0, mp, bcast32(a0.bsums + 2 * i));
+    m1 = _mm512_dpwssd_epi32(m1, mp, bcast32(a1.bsums + 2 * i));
+  }
+  const float* d = reinterpret_cast<const float*>(pb + 72 * kPanel);
+  const __m512 dx = _mm512_load_ps(d), dm = _mm512_load_ps(d + kPanel);
+  const __m512 yd0 = _mm512_set1_ps(a0.d), yd1 = _mm512_set1_ps(a1.d);
+  const __m512 v0 = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd0, dx), _mm512_cvtepi32_ps(i0)),
+                                  _mm512_mul_ps(_mm512_mul_ps(yd0, dm), _mm512_cvtepi32_ps(m0)));
+  const __m512 v1 = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd1, dx), _mm512_cvtepi32_ps(i1)),
+                                  _mm512_mul_ps(_mm512_mul_ps(yd1, dm), _mm512_cvtepi32_ps(m1)));
+  acc0[L] = _mm512_add_ps(acc0[L], v0);
+  acc1[L] = _mm512_add_ps(acc1[L], v1);
+}
+
+void q2_K_panel_token2(const uint32_t* panel, int64_t nb, const uint8_t* act0, const uint8_t* act1, float* y0, float* y1,
+                       int64_t rows) {
+  const auto* a0 = reinterpret_cast<const BlockQ8_K*>(act0);
+  const auto* a1 = reinterpret_cast<const BlockQ8_K*>(act1);
+  __m512 acc0[8], acc1[8];
+#pragma GCC unroll 16
+  for (int l = 0; l < 8; ++l) acc0[l] = acc1[l] = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    q2_K_step2<0>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<1>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<2>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<3>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<4>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<5>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<6>(panel, b, a0, a1, acc0, acc1);
+    q2_K_step2<7>(panel, b, a0, a1, acc0, acc1);
+  }
+  const int64_t rem = nb - b;
+  if (rem > 0) q2_K_step2<0>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 1) q2_K_step2<1>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 2) q2_K_step2<2>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 3) q2_K_step2<3>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 4) q2_K_step2<4>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 5) q2_K_step2<5>(panel, b, a0, a1, acc0, acc1);
+  if (rem > 6) q2_K_step2<6>(panel, b, a0, a1, acc0, acc1);
+  store_rows(y0, fold8(acc0), rows);
+  store_rows(y1, fold8(acc1), rows);
+}
+
 // ------------------------------------------------------------- IQ2_XXS -----------------
 // Panel super-block: 64 groups of (signed grid value + 128) bytes, 8 groups of int32
 // sub-block scales 2s+1, then d as floats.
@@ -428,27 +492,61 @@ void q8_K_sub_sums(const uint8_t* act, size_t as, int64_t tokens, int64_t nb, in
   }
 }
 
-void iq2_xxs_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, const int32_t* sub128, float* y,
-                         int64_t rows) {
-  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
-  __m512 sumf = _mm512_setzero_ps();
+// T tokens per pass over the panel: each weight group is loaded once for all of them.
+template <int T>
+void iq2_xxs_panel_tokens(const uint32_t* panel, int64_t nb, const uint8_t* const act[T], const int32_t* const sub128[T],
+                          float* const y[T], int64_t rows) {
+  const BlockQ8_K* a[T];
+  __m512 sumf[T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+    sumf[t] = _mm512_setzero_ps();
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint32_t* pb = panel + b * kIq2PanelWords;
     const uint32_t* ls = pb + 64 * kPanel;
-    __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-    #pragma GCC unroll 16
-    for (int j = 0; j < 8; j += 2) {
-      const __m512i d0 = _mm512_sub_epi32(dot32(pb + j * 8 * kPanel, a[b].qs + 32 * j), _mm512_set1_epi32(sub128[b * 8 + j]));
-      const __m512i d1 = _mm512_sub_epi32(dot32(pb + (j + 1) * 8 * kPanel, a[b].qs + 32 * (j + 1)),
-                                          _mm512_set1_epi32(sub128[b * 8 + j + 1]));
-      s0 = _mm512_add_epi32(s0, _mm512_mullo_epi32(d0, _mm512_load_si512(ls + j * kPanel)));
-      s1 = _mm512_add_epi32(s1, _mm512_mullo_epi32(d1, _mm512_load_si512(ls + (j + 1) * kPanel)));
+    __m512i bsum[T];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) bsum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; ++j) {
+      __m512i dp[T];
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) dp[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int g = 0; g < 8; ++g) {
+        const __m512i wg = _mm512_load_si512(pb + (8 * j + g) * kPanel);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) dp[t] = _mm512_dpbusd_epi32(dp[t], wg, bcast32(a[t][b].qs + 32 * j + 4 * g));
+      }
+      const __m512i lsj = _mm512_load_si512(ls + j * kPanel);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t)
+        bsum[t] = _mm512_add_epi32(bsum[t], _mm512_mullo_epi32(_mm512_sub_epi32(dp[t], _mm512_set1_epi32(sub128[t][b * 8 + j])), lsj));
     }
-    const __m512i bsum = _mm512_add_epi32(s0, s1);
-    const __m512 d = _mm512_mul_ps(_mm512_load_ps(reinterpret_cast<const float*>(pb + 72 * kPanel)), _mm512_set1_ps(a[b].d));
-    sumf = _mm512_add_ps(sumf, _mm512_mul_ps(d, _mm512_cvtepi32_ps(bsum)));
+    const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(pb + 72 * kPanel));
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t)
+      sumf[t] = _mm512_add_ps(sumf[t], _mm512_mul_ps(_mm512_mul_ps(dx, _mm512_set1_ps(a[t][b].d)), _mm512_cvtepi32_ps(bsum[t])));
   }
-  store_rows(y, _mm512_mul_ps(_mm512_set1_ps(0.125f), sumf), rows);
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) store_rows(y[t], _mm512_mul_ps(_mm512_set1_ps(0.125f), sumf[t]), rows);
+}
+
+template <int T>
+void iq2_xxs_run(const uint32_t* panel, int64_t nb, const uint8_t* a, size_t as, const int32_t* sub, int64_t t0, float* y,
+                 int64_t ys, int64_t r0, int64_t rows) {
+  const uint8_t* act[T];
+  const int32_t* s[T];
+  float* out[T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    act[t] = a + (t0 + t) * as;
+    s[t] = sub + (t0 + t) * nb * 8;
+    out[t] = y + (t0 + t) * ys + r0;
+  }
+  iq2_xxs_panel_tokens<T>(panel, nb, act, s, out, rows);
 }
 
 // ------------------------------------------------------------------ driver -------------
@@ -493,8 +591,11 @@ void gemm_q2_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
     const BlockQ2_K* rowp[kPanel];
     panel_rows(w, ws, r0, rows, rowp);
     q2_K_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
-    for (int64_t t = 0; t < tokens; ++t)
-      q2_K_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as, y + t * ys + r0, rows - r0);
+    const auto* pp = static_cast<const uint32_t*>(panel.p);
+    int64_t t = 0;
+    for (; t + 2 <= tokens; t += 2)
+      q2_K_panel_token2(pp, nb, a + t * as, a + (t + 1) * as, y + t * ys + r0, y + (t + 1) * ys + r0, rows - r0);
+    if (t < tokens) q2_K_panel_token(pp, nb, a + t * as, y + t * ys + r0, rows - r0);
   }
 }
 
@@ -510,9 +611,15 @@ void gemm_iq2_xxs_avx512(const void* w, size_t ws, int64_t rows, const void* act
     const BlockIQ2_XXS* rowp[kPanel];
     panel_rows(w, ws, r0, rows, rowp);
     iq2_xxs_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
-    for (int64_t t = 0; t < tokens; ++t)
-      iq2_xxs_panel_token(static_cast<const uint32_t*>(panel.p), nb, a + t * as,
-                          static_cast<const int32_t*>(sub.p) + t * nb * 8, y + t * ys + r0, rows - r0);
+    const auto* pp = static_cast<const uint32_t*>(panel.p);
+    const auto* sp = static_cast<const int32_t*>(sub.p);
+    int64_t t = 0;
+    for (; t + 4 <= tokens; t += 4) iq2_xxs_run<4>(pp, nb, a, as, sp, t, y, ys, r0, rows - r0);
+    if (tokens - t >= 2) {
+      iq2_xxs_run<2>(pp, nb, a, as, sp, t, y, ys, r0, rows - r0);
+      t += 2;
+    }
+    if (t < tokens) iq2_xxs_run<1>(pp, nb, a, as, sp, t, y, ys, r0, rows - r0);
   }
 }
 

@@ -86,7 +86,7 @@ TEST(GemmExact, EqualsScalarOnRandomBlocks) {
   if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
   std::mt19937 rng(1601);
   const int64_t row_counts[] = {1, 15, 16, 17, 40};
-  const int64_t token_counts[] = {1, 2, 5};
+  const int64_t token_counts[] = {1, 2, 3, 5, 7};
   for (const auto& f : gemm_formats()) {
     quant::GemmKernel gemm = quant::gemm_kernel(f.type);
     ASSERT_NE(gemm, nullptr) << traits(f.type).name;

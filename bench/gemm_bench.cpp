@@ -1,0 +1,99 @@
+// gemm_bench: the blocked rows x tokens kernel (quant::gemm_kernel) against the per-row kernel
+// (quant::dot_kernel, row by row) on the weight shapes of DeepSeek V4 Flash, for batch sizes
+// 1..64. One thread; the times are the thread's CPU time (the machine is shared), best of
+// --reps passes over --copies copies of the matrix (more copies than the caches hold: weights
+// come from memory, as in the model). Prints one table row per (format, shape, tokens).
+//
+//   build/bench/gemm_bench [--reps N] [--copies N]
+#include <fmt/format.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant/quant.h"
+#include "quant/types.h"
+
+using namespace ds4;
+
+namespace {
+
+double thread_ms() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
+}
+
+struct Shape {
+  GgmlType type;
+  int64_t rows, n;
+  const char* what;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int reps = 3, copies = 8;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--copies") copies = std::max(1, std::atoi(argv[i + 1]));
+  }
+  const Shape shapes[] = {{GgmlType::Q8_0, 1024, 4096, "attn_q_a"},
+                          {GgmlType::IQ2_XXS, 2048, 4096, "ffn_gate/up_exps (one expert)"},
+                          {GgmlType::Q2_K, 4096, 2048, "ffn_down_exps (one expert)"},
+                          {GgmlType::F16, 24, 16384, "hc_attn_fn"},
+                          {GgmlType::F16, 256, 4096, "ffn_gate_inp"}};
+  const int64_t token_counts[] = {1, 2, 3, 4, 8, 16, 64};
+  fmt::print("AVX-512 VNNI kernels: {}\n", quant::have_avx512_vnni() ? "yes" : "no (blocked rows skipped)");
+  fmt::print("| format | shape (rows x n) | tensor | tokens | blocked ms | per-row ms | per-row / blocked |\n");
+  fmt::print("|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(16);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Shape& s : shapes) {
+    const size_t rb = row_bytes(traits(s.type), static_cast<uint64_t>(s.n));
+    std::vector<float> wf(static_cast<size_t>(s.rows * s.n)), imat(static_cast<size_t>(s.n), 1.0f);
+    for (auto& v : wf) v = nd(rng);
+    std::vector<uint8_t> w(rb * static_cast<size_t>(s.rows) * static_cast<size_t>(copies));
+    quant::quantize_rows(s.type, wf.data(), w.data(), s.rows, s.n, imat.data());
+    for (int c = 1; c < copies; ++c) std::memcpy(w.data() + c * rb * s.rows, w.data(), rb * s.rows);
+    const GgmlType at = quant::vec_dot_type(s.type);
+    const size_t ab = at == GgmlType::F32 ? static_cast<size_t>(s.n) * 4 : row_bytes(traits(at), static_cast<uint64_t>(s.n));
+    const quant::GemmKernel gemm = quant::gemm_kernel(s.type);
+    const quant::DotKernel dot = quant::dot_kernel(s.type);
+    for (int64_t T : token_counts) {
+      std::vector<float> x(static_cast<size_t>(T * s.n));
+      for (auto& v : x) v = nd(rng);
+      std::vector<uint8_t> a(ab * static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) {
+        if (at == GgmlType::F32) std::memcpy(a.data() + t * ab, x.data() + t * s.n, ab);
+        else quant::quantize_activation_row(at, x.data() + t * s.n, a.data() + t * ab, s.n);
+      }
+      std::vector<float> y(static_cast<size_t>(T * s.rows));
+      double best_g = 1e300, best_r = 1e300;
+      for (int r = 0; r < reps; ++r) {
+        if (gemm) {
+          const double t0 = thread_ms();
+          for (int c = 0; c < copies; ++c) gemm(w.data() + c * rb * s.rows, rb, s.rows, a.data(), ab, T, y.data(), s.rows, s.n);
+          best_g = std::min(best_g, (thread_ms() - t0) / copies);
+        }
+        const double t1 = thread_ms();
+        for (int c = 0; c < copies; ++c)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t o = 0; o < s.rows; ++o)
+              y[t * s.rows + o] = dot(w.data() + c * rb * s.rows + o * rb, a.data() + t * ab, s.n);
+        best_r = std::min(best_r, (thread_ms() - t1) / copies);
+      }
+      if (gemm)
+        fmt::print("| {} | {} x {} | {} | {} | {:.3f} | {:.3f} | {:.2f} |\n", traits(s.type).name, s.rows, s.n, s.what, T,
+                   best_g, best_r, best_r / best_g);
+      else
+        fmt::print("| {} | {} x {} | {} | {} | - | {:.3f} | - |\n", traits(s.type).name, s.rows, s.n, s.what, T, best_r);
+    }
+  }
+  return 0;
+}
