@@ -1,8 +1,8 @@
 // gemm_bench: the blocked rows x tokens kernel (quant::gemm_kernel) against the per-row kernel
 // (quant::dot_kernel, row by row) on the weight shapes of DeepSeek V4 Flash, for batch sizes
 // 1..64. One thread; the times are the thread's CPU time (the machine is shared), best of
-// --reps passes over --copies copies of the matrix (more copies than the caches hold: weights
-// come from memory, as in the model). Prints one table row per (format, shape, tokens).
+// --reps passes over --copies copies of the matrix (so that one pass does not run from L1/L2;
+// on a CPU with a large L3 the copies may still fit there). Prints one table row per (format, shape, tokens).
 //
 //   build/bench/gemm_bench [--reps N] [--copies N]
 #include <fmt/format.h>

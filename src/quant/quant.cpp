@@ -325,9 +325,7 @@ bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
 int64_t gemm_min_tokens(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::Q8_0: return 1;
-    case GgmlType::Q2_K:
-    case GgmlType::IQ2_XXS: return 2;
-    default: return 3;
+    default: return 2;  // Q2_K, IQ2_XXS, F16
   }
 }
 

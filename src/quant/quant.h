@@ -67,8 +67,8 @@ using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const 
 GemmKernel gemm_kernel(GgmlType weight_type);
 
 // The batch size from which gemm_kernel(weight_type) is faster than dot_kernel row by row on
-// this machine's kernels (measured, docs/BENCHMARKS.md): 1 for Q8_0, 2 for Q2_K and IQ2_XXS
-// (one token: decoding a panel costs more than one pass of the per-row kernel), 3 for F16.
+// this machine's kernels (bench/gemm_bench, docs/BENCHMARKS.md): 1 for Q8_0, 2 for Q2_K,
+// IQ2_XXS and F16 (one token: decoding a panel costs more than one pass of the per-row kernel).
 // Either choice gives the same floats. Meaningless when gemm_kernel returns null.
 int64_t gemm_min_tokens(GgmlType weight_type);
 
