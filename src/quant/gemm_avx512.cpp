@@ -699,9 +699,9 @@ void f16_tile(const uint16_t* const w[R], const float* const x[T], int64_t i0, i
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 16
-    for (int t = 0; t < T; ++t) {
-      a01[r][t] = acc[(r * kF16Tokens + t) * 2];
-      a23[r][t] = acc[(r * kF16Tokens + t) * 2 + 1];
+    for (int t = 0; t < T; ++t) {  // the first slice starts the chains at zero
+      a01[r][t] = i0 == 0 ? _mm512_setzero_ps() : acc[(r * kF16Tokens + t) * 2];
+      a23[r][t] = i0 == 0 ? _mm512_setzero_ps() : acc[(r * kF16Tokens + t) * 2 + 1];
     }
   for (int64_t i = i0; i < i1; i += 32) {
     __m512 w0[R], w1[R];
@@ -785,7 +785,8 @@ void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, si
   auto* acc = static_cast<__m512*>(accs.p);
   for (int64_t t0 = 0; t0 < tokens; t0 += kF16Tokens) {
     const int64_t tn = tokens - t0 < kF16Tokens ? tokens - t0 : kF16Tokens;
-    for (int64_t k = 0; k < rows * kF16Tokens * 2; ++k) acc[k] = _mm512_setzero_ps();
+    if (n32 == 0)  // no 32-element step: the chains stay zero (f16_tile never ran)
+      for (int64_t k = 0; k < rows * kF16Tokens * 2; ++k) acc[k] = _mm512_setzero_ps();
     for (int64_t i0 = 0; i0 < n32; i0 += kF16Slice) {
       const int64_t i1 = n32 - i0 < kF16Slice ? n32 : i0 + kF16Slice;
       int64_t r = 0;

@@ -220,12 +220,11 @@ void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams
     } else {
       hc_split_mix(m, p.scale, p.base, hc, p.sinkhorn_iters, p.hc_eps, pre.data(), post + r * hc, comb + r * hc * hc);
     }
+    // xo[i] = sum over streams s in order of pre[s] * X[s][i], from 0 (element by element, no
+    // FMA: the floats of the plain loop, vectorized across i).
     float* xo = x_in + r * p.n;
-    for (int64_t i = 0; i < p.n; ++i) {
-      float acc = 0;
-      for (int s = 0; s < hc; ++s) acc += pre[s] * Xr[s * p.n + i];
-      xo[i] = acc;
-    }
+    std::fill(xo, xo + p.n, 0.0f);
+    for (int s = 0; s < hc; ++s) quant::axpy_f32(pre[s], Xr + s * p.n, xo, p.n);
   }
 }
 
@@ -238,12 +237,10 @@ void CpuBackend::hc_post(const float* y, const float* X, const float* post, cons
     const float* cr = comb + r * n_hc * n_hc;
     float* Or = Xout + r * n_hc * n;
     for (int j = 0; j < n_hc; ++j) {
+      // o[d] = post[j] * y[d], then + comb[i][j] * X[i][d] for i in order (as the plain loop).
       float* o = Or + j * n;
-      for (int64_t d = 0; d < n; ++d) {
-        float acc = pr[j] * yr[d];
-        for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
-        o[d] = acc;
-      }
+      for (int64_t d = 0; d < n; ++d) o[d] = pr[j] * yr[d];
+      for (int i = 0; i < n_hc; ++i) quant::axpy_f32(cr[i * n_hc + j], Xr + i * n, o, n);
     }
   }
 }
