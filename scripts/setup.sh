@@ -9,7 +9,7 @@ DEB_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libgtest-dev libgmock-dev libbenchmark-dev
   libfmt-dev nlohmann-json3-dev libpcre2-dev libboost1.81-dev libcli11-dev libedit-dev libxxhash-dev liburing-dev
-  libssl-dev
+  libssl-dev libicu-dev
   clang libclang-rt-14-dev
   tmux python3 patch
   chromium chromium-driver

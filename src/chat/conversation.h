@@ -61,6 +61,10 @@ struct Message {
 
 enum class ThinkingMode { None, High, Max };
 
+// The prompt format of the model family (picked from the GGUF's general.architecture):
+// DeepSeek V4 (renderer.h) or Qwen3.5/3.6 ChatML (chatml.h).
+enum class ChatFormat { DeepSeekV4, ChatML };
+
 // DeepSeek recommends Think-Max only with at least 384K of context; below it the max
 // prefix is not written and the request behaves as "high" (as ds4 does).
 inline constexpr std::uint64_t kThinkMaxMinContext = 393216;
@@ -72,6 +76,7 @@ struct RenderOptions {
   // encoder switches it off by itself whenever any message carries tools.
   bool drop_thinking = true;
   bool add_bos = true;
+  ChatFormat format = ChatFormat::DeepSeekV4;
 };
 
 struct Conversation {

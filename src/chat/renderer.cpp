@@ -1,5 +1,7 @@
 #include "chat/renderer.h"
 
+#include "chat/chatml.h"
+
 #include "chat/dsml.h"
 #include "chat/markers.h"
 #include "chat/py_json.h"
@@ -260,6 +262,7 @@ bool think_max_active(const RenderOptions& opts) {
 }
 
 MarkedText render_prompt_marked(const Conversation& conv, const RenderOptions& opts) {
+  if (opts.format == ChatFormat::ChatML) return render_chatml_marked(conv, opts);
   std::vector<Turn> turns = merge_turns(conv);
   sort_tool_results(turns);
 

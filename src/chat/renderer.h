@@ -10,6 +10,7 @@
 
 namespace ds4::chat {
 
+// opts.format == ChatFormat::ChatML renders Qwen's ChatML instead (chatml.h).
 // Throws ds4::Error for conversations the official encoder rejects (e.g. an empty
 // developer message), naming the message index.
 std::string render_prompt(const Conversation& conv, const RenderOptions& opts);

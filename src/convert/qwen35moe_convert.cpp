@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "convert/metadata.h"
+#include "ds4/tokenizer.h"
 #include "convert/row_encode.h"
 #include "convert/safetensors.h"
 #include "core/error.h"
@@ -349,14 +350,52 @@ ConvertReport convert_qwen35moe(const ConvertOptions& o) {
   for (const auto& [n, t] : src)
     if (!used.count(n)) fail("{}: tensor '{}' does not belong in this model (config.json lays out no such tensor)", o.hf_dir, t->name);
 
-  tokenizer::Vocab vocab = byte_vocab(s.vocab);
-  rep.notes.push_back("wrote a byte-level placeholder vocabulary (qwen tokenizer.json import is not implemented yet)");
-  if (s.bos && *s.bos >= 0 && *s.bos < s.vocab) vocab.bos = static_cast<int32_t>(*s.bos);
-  if (s.eos && *s.eos >= 0 && *s.eos < s.vocab) vocab.eos = static_cast<int32_t>(*s.eos);
+  tokenizer::Vocab vocab;
+  const fs::path tok_json = dir / "tokenizer.json";
+  if (fs::exists(tok_json)) {
+    vocab = vocab_from_tokenizer_json(tok_json.string(), s.vocab);
+    rep.vocab_from_tokenizer_json = true;
+  } else {
+    // Placeholder: the 256 byte tokens, then (where vocab_size leaves room) the ChatML control
+    // tokens, so a random test model can still be driven through the chat front ends.
+    vocab = byte_vocab(s.vocab);
+    vocab.pre = tokenizer::PreTokenizerKind::Qwen35;
+    vocab.nfc = true;
+    const char* chatml[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>",
+                            "<tool_response>", "</tool_response>", "<think>", "</think>"};
+    size_t n_added = 0;
+    for (const char* t : chatml) {
+      const size_t id = 256 + n_added;
+      if (id >= vocab.tokens.size()) break;
+      vocab.tokens[id] = t;
+      const bool special = n_added < 3;  // as Qwen's tokenizer.json: <|...|> special, the tags not
+      vocab.types[id] = special ? tokenizer::TokenType::Control : tokenizer::TokenType::UserDefined;
+      vocab.added.push_back({static_cast<int32_t>(id), static_cast<uint8_t>(special ? tokenizer::kSpecial : 0)});
+      ++n_added;
+    }
+    rep.notes.push_back(fmt::format("no tokenizer.json: wrote a byte-level placeholder vocabulary{}",
+                                    n_added ? fmt::format(" with {} ChatML control tokens", n_added) : ""));
+    if (n_added >= 3) vocab.eos = 256 + 2;  // <|im_end|>
+  }
+  if (s.eos && *s.eos >= 0 && *s.eos < s.vocab && !vocab.eos) vocab.eos = static_cast<int32_t>(*s.eos);
+  vocab.validate("vocabulary for GGUF");
+  (void)Tokenizer::from_vocab(vocab, "vocabulary for GGUF");
+  std::optional<std::string> chat_template;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    const json tc = read_json((dir / "tokenizer_config.json").string());
+    if (tc.contains("chat_template") && tc["chat_template"].is_string()) chat_template = tc["chat_template"].get<std::string>();
+  }
+  if (fs::exists(dir / "chat_template.jinja")) {
+    std::ifstream in(dir / "chat_template.jinja", std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    chat_template = ss.str();
+  }
 
   gguf::Writer w(o.out_path);
   add_metadata(w, s);
   tokenizer::vocab_to_gguf(vocab, w);
+  if (chat_template) w.add_kv("tokenizer.chat_template", gguf::Value::string(*chat_template));
   for (const auto& p : plan) w.add_tensor(p.gguf, p.type, p.ne);
   w.write_header();
 

@@ -50,7 +50,11 @@ DebugScript DebugScript::load(const std::string& path) {
 
 std::optional<std::string> DebugScript::match(std::string_view prompt_text, bool in_reasoning, bool has_tools,
                                               int64_t* token_delay_ms) const {
+  // The last user turn of either prompt format (DeepSeek V4 or ChatML).
   size_t last_user = prompt_text.rfind(chat::mark::kUser);
+  const size_t chatml_user = prompt_text.rfind("<|im_start|>user");
+  if (chatml_user != std::string_view::npos && (last_user == std::string_view::npos || chatml_user > last_user))
+    last_user = chatml_user;
   std::string_view tail = last_user == std::string_view::npos ? prompt_text : prompt_text.substr(last_user);
   for (const auto& r : rules_) {
     if (tail.find(r.when) == std::string_view::npos) continue;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/conversation.h"
 #include "server/inference_model.h"
 #include "server/metrics.h"
 #include "server/worker.h"
@@ -29,6 +30,7 @@ struct ServerOptions {
   int http_threads = 32;  // generation requests handled at once (503 with Retry-After beyond)
   std::vector<std::string> model_ids{"deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"};
   int64_t default_max_tokens = 4096;
+  chat::ChatFormat chat_format = chat::ChatFormat::DeepSeekV4;  // from the model's architecture
 };
 
 class HttpServer {

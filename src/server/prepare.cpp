@@ -28,9 +28,11 @@ void prepare_job(ApiKind api, std::string_view body_text, const ParseContext& pc
     } catch (const std::exception& e) {
       throw ApiError(400, std::string(api == ApiKind::Messages ? "messages: " : "") + client_message(e), "messages");
     }
-    constexpr std::string_view think = "<think>";
-    job.starts_in_reasoning = job.prompt_text.size() >= think.size() &&
-                              job.prompt_text.compare(job.prompt_text.size() - think.size(), think.size(), think) == 0;
+    // DeepSeek's generation prompt ends with "<think>", ChatML's with "<think>\n".
+    for (std::string_view think : {std::string_view("<think>"), std::string_view("<think>\n")})
+      job.starts_in_reasoning = job.starts_in_reasoning ||
+                                (job.prompt_text.size() >= think.size() &&
+                                 job.prompt_text.compare(job.prompt_text.size() - think.size(), think.size(), think) == 0);
   } else {
     // /v1/completions: the raw prompt is the whole model input, written by the client, with
     // no template whose turns a string could forge; its control-token text is parsed (as

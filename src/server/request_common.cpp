@@ -173,6 +173,11 @@ void parse_thinking(const Json& body, const ParseContext& ctx, const std::string
       // reasoning {effort} and Ollama's think: bool that OpenAI-compatible clients send.
       enabled = thinking_switch(body, false);
       if (auto t = opt_bool(body, "think")) enabled = *t;
+      // vLLM / llama-server clients of Qwen switch thinking with chat_template_kwargs.
+      if (const Json* k = field(body, "chat_template_kwargs")) {
+        if (!k->is_object()) bad("chat_template_kwargs", fmt::format("expected an object, got {}", type_name(*k)));
+        if (auto t = opt_bool(*k, "enable_thinking")) enabled = *t;
+      }
       if (const Json* rs = field(body, "reasoning")) {
         if (!rs->is_object()) bad("reasoning", fmt::format("expected an object, got {}", type_name(*rs)));
         effort = effort_of(*rs, "effort", "reasoning.effort", true);
@@ -208,6 +213,7 @@ void parse_thinking(const Json& body, const ParseContext& ctx, const std::string
   if (effort == chat::ThinkingMode::None) mode = chat::ThinkingMode::None;
   r.render.thinking = mode;
   r.render.context_size = static_cast<uint64_t>(ctx.n_ctx);
+  r.render.format = ctx.chat_format;
 }
 
 void fold_late_system_turns(chat::Conversation& conv) {

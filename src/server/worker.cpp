@@ -7,6 +7,7 @@
 #include <optional>
 #include <random>
 
+#include "chat/chatml_parser.h"
 #include "chat/dsml_parser.h"
 #include "chat/markers.h"
 #include "chat/py_json.h"
@@ -458,7 +459,23 @@ void Worker::run(Job& job) {
     }
   }
   const bool dsml = job.req.conversation.has_value();
-  chat::DsmlStreamParser parser(job.starts_in_reasoning);
+  // The tool-call syntax of the model family: DSML blocks (DeepSeek V4) or ChatML <tool_call>
+  // XML (Qwen); both parsers emit the same events.
+  const bool chatml = job.req.render.format == chat::ChatFormat::ChatML;
+  std::vector<chat::Json> tool_schemas;
+  if (job.req.conversation)
+    for (const auto& m : job.req.conversation->messages) tool_schemas.insert(tool_schemas.end(), m.tools.begin(), m.tools.end());
+  std::optional<chat::DsmlStreamParser> dsml_parser;
+  std::optional<chat::ChatmlStreamParser> chatml_parser;
+  if (chatml) chatml_parser.emplace(job.starts_in_reasoning, tool_schemas);
+  else dsml_parser.emplace(job.starts_in_reasoning);
+  struct {
+    std::optional<chat::DsmlStreamParser>& d;
+    std::optional<chat::ChatmlStreamParser>& q;
+    void feed(std::string_view s, std::vector<chat::DsmlEvent>& e) { d ? d->feed(s, e) : q->feed(s, e); }
+    void finish(std::vector<chat::DsmlEvent>& e) { d ? d->finish(e) : q->finish(e); }
+    bool failed() const { return d ? d->failed() : q->failed(); }
+  } parser{dsml_parser, chatml_parser};
   EventMapper mapper(job, tools_, opts_.record_tool_blocks);
   mapper.set_in_reasoning(dsml && job.starts_in_reasoning);
   chat::DsmlGate gate;
@@ -514,7 +531,7 @@ void Worker::run(Job& job) {
       if (forced_delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(forced_delay_ms));
     } else {
       SampleOptions so;
-      if (gate.structural()) so.temperature = 0.0f;
+      if (!chatml && gate.structural()) so.temperature = 0.0f;
       tok = model_.sample(so);
     }
     if (!forced && model_.is_stop(tok)) {

@@ -18,11 +18,23 @@ constexpr const char* kSpace = R"(\t-\r \x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{
 
 std::string cls(const char* prop, const char* extra) { return std::string("\\p{") + prop + "}" + extra; }
 
-std::string build_pattern(int i) {
+std::string build_pattern(int i, PreTokenizerKind kind) {
   const std::string L = cls("L", kExtraL), N = cls("N", kExtraN), M = cls("M", kExtraM);
   const std::string P = cls("P", kExtraP), S = cls("S", kExtraS);
   const std::string sp = std::string("[") + kSpace + "]";
   const std::string nsp = std::string("[^") + kSpace + "]";
+  if (kind != PreTokenizerKind::DeepSeekV3) {
+    // Qwen: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|
+    // \s*[\r\n]+|\s+(?!\S)|\s+ ; Qwen3.5 adds \p{M} to the letter run and its complement.
+    const std::string letters = kind == PreTokenizerKind::Qwen35 ? L + M : L;
+    return "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+           "|[^\\r\\n" + L + N + "]?[" + letters + "]+"
+           "|[" + N + "]"
+           "| ?[^" + std::string(kSpace) + letters + N + "]+[\\r\\n]*"
+           "|" + sp + "*[\\r\\n]+"
+           "|" + sp + "+(?!" + nsp + ")"
+           "|" + sp + "+";
+  }
   switch (i) {
     case 0:
       return "[" + N + "]{1,3}";
@@ -90,14 +102,16 @@ bool cannot_match(int stage, const char* p, size_t n) {
 struct PreTokenizer::Impl {
   Regex re[3];
   bool jit[3] = {false, false, false};
+  int n_stages = 3;
+  bool prefilter = true;  // DeepSeek's stage 0/1 byte prefilters
 
   // Splits [a, b) of text with regex `stage` and recurses into the next stage for each part.
   void run(int stage, const char* text, uint32_t a, uint32_t b, std::vector<Span>& out, ThreadState& ts) const {
-    if (stage == 3) {
+    if (stage == n_stages) {
       out.push_back({a, b});
       return;
     }
-    if (stage < 2 && cannot_match(stage, text + a, b - a)) {
+    if (prefilter && stage < 2 && cannot_match(stage, text + a, b - a)) {
       run(stage + 1, text, a, b, out, ts);
       return;
     }
@@ -129,7 +143,7 @@ struct PreTokenizer::Impl {
   }
 };
 
-std::string PreTokenizer::pattern(int i) { return build_pattern(i); }
+std::string PreTokenizer::pattern(int i, PreTokenizerKind kind) { return build_pattern(i, kind); }
 
 std::string PreTokenizer::class_extra(std::string_view name) {
   if (name == "L") return kExtraL;
@@ -150,9 +164,10 @@ std::string PreTokenizer::class_body(std::string_view name) {
   ds4::fail("tokenizer: no character class named \"{}\"", name);
 }
 
-PreTokenizer::PreTokenizer() : impl_(std::make_unique<Impl>()) {
-  for (int i = 0; i < 3; ++i) {
-    const std::string p = build_pattern(i);
+PreTokenizer::PreTokenizer(PreTokenizerKind kind) : impl_(std::make_unique<Impl>()) {
+  if (kind != PreTokenizerKind::DeepSeekV3) impl_->n_stages = 1, impl_->prefilter = false;
+  for (int i = 0; i < impl_->n_stages; ++i) {
+    const std::string p = build_pattern(i, kind);
     int err = 0;
     PCRE2_SIZE off = 0;
     impl_->re[i].code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(p.data()), p.size(), PCRE2_UTF | PCRE2_UCP, &err,

@@ -2,6 +2,7 @@
 // The DeepSeek V3/V4 ("joyai-llm") pre-tokenizer: three regexes applied in sequence, each
 // splitting every piece produced so far into matched and unmatched parts and keeping both
 // (HF Split, behaviour "Isolated"), then ByteLevel without its own regex. Spec section 9.1.
+// The Qwen pre-tokenizers ("qwen2", "qwen35") are one such Split with Qwen's regex.
 //
 // HF runs these with Oniguruma; we run them with PCRE2 (UTF + UCP, JIT). Both are
 // backtracking engines with leftmost-first alternation, so the only differences are the Unicode
@@ -16,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tokenizer/vocab.h"
+
 namespace ds4::tokenizer {
 
 struct Span {
@@ -25,7 +28,7 @@ struct Span {
 
 class PreTokenizer {
  public:
-  PreTokenizer();
+  explicit PreTokenizer(PreTokenizerKind kind = PreTokenizerKind::DeepSeekV3);
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;
   PreTokenizer& operator=(const PreTokenizer&) = delete;
@@ -34,9 +37,9 @@ class PreTokenizer {
   // Pieces are never empty and tile the input exactly. Thread-safe.
   void split(std::string_view text, std::vector<Span>& out) const;
 
-  // The PCRE2 source of regex i (0..2), and of the character classes it is built from:
-  // "L" "N" "M" "P" "S" (bracket-free class bodies) and "s" (whitespace). For tests.
-  static std::string pattern(int i);
+  // The PCRE2 source of regex i (DeepSeek: 0..2; Qwen: 0), and of the character classes it is
+  // built from: "L" "N" "M" "P" "S" (bracket-free class bodies) and "s" (whitespace). For tests.
+  static std::string pattern(int i, PreTokenizerKind kind = PreTokenizerKind::DeepSeekV3);
   static std::string class_body(std::string_view name);
   // Only the ranges added to PCRE2's \p{name} (code points HF's newer tables know).
   static std::string class_extra(std::string_view name);

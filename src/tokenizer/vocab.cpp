@@ -61,26 +61,55 @@ bool null_or_empty_string(const json& j, const char* key) {
   return j.at(key).is_string() && j.at(key).get<std::string>().empty();
 }
 
-void check_normalizer(const json& root, const std::string& name) {
-  if (!root.contains("normalizer") || root["normalizer"].is_null()) return;
+// Returns true for HF's NFC normalizer (Qwen), false for none.
+bool check_normalizer(const json& root, const std::string& name) {
+  if (!root.contains("normalizer") || root["normalizer"].is_null()) return false;
   const json& n = root["normalizer"];
   if (n.value("type", "") == "Sequence" && n.contains("normalizers") && n["normalizers"].is_array() &&
       n["normalizers"].empty())
-    return;
-  ds4::fail("{}: normalizer {} is not supported (only none or an empty Sequence)", name, n.dump());
+    return false;
+  if (n.is_object() && n.value("type", "") == "NFC" && n.size() == 1) return true;
+  ds4::fail("{}: normalizer {} is not supported (only none, an empty Sequence, or NFC)", name, n.dump());
 }
 
-void check_pre_tokenizer(const json& root, const std::string& name) {
+// The Qwen2/Qwen3 and Qwen3.5 split regexes as they appear in tokenizer.json.
+constexpr std::string_view kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwen35Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+PreTokenizerKind check_pre_tokenizer(const json& root, const std::string& name) {
   const std::string where = name + ": pre_tokenizer";
   const json& pt = at(root, "pre_tokenizer", name);
   const auto unsupported = [&](const std::string& why) {
-    ds4::fail("{}: not the DeepSeek V3/V4 sequence ({}); other pre-tokenizers are not supported", where, why);
+    ds4::fail("{}: not the DeepSeek V3/V4, Qwen2 or Qwen3.5 sequence ({}); other pre-tokenizers are not supported",
+              where, why);
   };
   if (!pt.is_object() || pt.value("type", "") != "Sequence" || !pt.contains("pretokenizers") ||
       !pt["pretokenizers"].is_array())
     unsupported("expected a Sequence");
   const json& seq = pt["pretokenizers"];
-  if (seq.size() != 4) unsupported(fmt::format("{} steps, expected 4", seq.size()));
+  const auto byte_level = [&](const json& bl, size_t i) {
+    if (bl.value("type", "") != "ByteLevel") unsupported(fmt::format("step {} is not ByteLevel", i));
+    if (bl.value("add_prefix_space", false)) unsupported("ByteLevel add_prefix_space is true");
+    if (bl.value("use_regex", true)) unsupported("ByteLevel use_regex is true");
+  };
+  const auto split = [&](const json& s, size_t i) -> std::string {
+    if (s.value("type", "") != "Split") unsupported(fmt::format("step {} is not Split", i));
+    if (s.value("behavior", "") != "Isolated") unsupported(fmt::format("step {} behavior is not Isolated", i));
+    if (s.value("invert", false)) unsupported(fmt::format("step {} is inverted", i));
+    if (!s.contains("pattern") || !s["pattern"].contains("Regex") || !s["pattern"]["Regex"].is_string())
+      unsupported(fmt::format("step {} has no Regex pattern", i));
+    return canonical_regex(s["pattern"]["Regex"].get<std::string>());
+  };
+  if (seq.size() == 2) {  // Qwen: one Split, then ByteLevel
+    const std::string re = split(seq[0], 0);
+    byte_level(seq[1], 1);
+    if (re == canonical_regex(std::string(kQwen2Regex))) return PreTokenizerKind::Qwen2;
+    if (re == canonical_regex(std::string(kQwen35Regex))) return PreTokenizerKind::Qwen35;
+    unsupported("step 0 regex is neither Qwen2's nor Qwen3.5's");
+  }
+  if (seq.size() != 4) unsupported(fmt::format("{} steps, expected 4 (DeepSeek) or 2 (Qwen)", seq.size()));
   const std::string_view expected[3] = {kHfRegex1, kHfRegex2, kHfRegex3};
   for (int i = 0; i < 3; ++i) {
     const json& s = seq[size_t(i)];
@@ -92,10 +121,8 @@ void check_pre_tokenizer(const json& root, const std::string& name) {
     if (canonical_regex(s["pattern"]["Regex"].get<std::string>()) != canonical_regex(std::string(expected[i])))
       unsupported(fmt::format("step {} regex differs", i));
   }
-  const json& bl = seq[3];
-  if (bl.value("type", "") != "ByteLevel") unsupported("step 3 is not ByteLevel");
-  if (bl.value("add_prefix_space", false)) unsupported("ByteLevel add_prefix_space is true");
-  if (bl.value("use_regex", true)) unsupported("ByteLevel use_regex is true");
+  byte_level(seq[3], 3);
+  return PreTokenizerKind::DeepSeekV3;
 }
 
 void check_model(const json& model, const std::string& name) {
@@ -123,8 +150,8 @@ Vocab vocab_from_hf_json_text(std::string_view json_text, const std::string& nam
     ds4::fail("{}: not valid JSON: {}", name, e.what());
   }
   if (!root.is_object()) ds4::fail("{}: top level is not a JSON object", name);
-  check_normalizer(root, name);
-  check_pre_tokenizer(root, name);
+  const bool nfc = check_normalizer(root, name);
+  const PreTokenizerKind pre = check_pre_tokenizer(root, name);
   check_decoder(root, name);
   const json& model = at(root, "model", name);
   check_model(model, name);
@@ -235,9 +262,16 @@ Vocab vocab_from_hf_json_text(std::string_view json_text, const std::string& nam
     v.merges.push_back(left + " " + right);
   }
 
-  // BOS/EOS by string, as the engine resolves every special token.
-  v.bos = v.find("<｜begin▁of▁sentence｜>");
-  v.eos = v.find("<｜end▁of▁sentence｜>");
+  v.pre = pre;
+  v.nfc = nfc;
+  // BOS/EOS by string, as the engine resolves every special token. Qwen has no BOS; its
+  // tokenizer_config.json names <|im_end|> as EOS (what ends a chat turn).
+  if (pre == PreTokenizerKind::DeepSeekV3) {
+    v.bos = v.find("<｜begin▁of▁sentence｜>");
+    v.eos = v.find("<｜end▁of▁sentence｜>");
+  } else {
+    v.eos = v.find("<|im_end|>");
+  }
   v.validate(name);
   return v;
 }

@@ -30,12 +30,24 @@ struct AddedToken {
   uint8_t flags = 0;
 };
 
+// Which pre-tokenizer splits text before BPE (tokenizer.ggml.pre as llama.cpp names them):
+// DeepSeek V3/V4's three regexes ("joyai-llm", "deepseek-v3"), Qwen2/Qwen3's single regex
+// ("qwen2": digits one by one, letters \p{L}+), or Qwen3.5's ("qwen35": letters and marks
+// [\p{L}\p{M}]+ join, so combining marks stay inside words).
+enum class PreTokenizerKind : uint8_t { DeepSeekV3, Qwen2, Qwen35 };
+// The tokenizer.ggml.pre value written for a kind.
+std::string_view pre_tokenizer_name(PreTokenizerKind k);
+
 struct Vocab {
   std::vector<std::string> tokens;         // index = id; byte-level text for normal tokens
   std::vector<TokenType> types;            // same size as tokens
   std::vector<std::string> merges;         // "left right", rank = index
   std::vector<AddedToken> added;           // tokens the added-token splitter looks for
   std::optional<int32_t> bos, eos;
+  PreTokenizerKind pre = PreTokenizerKind::DeepSeekV3;
+  // Unicode NFC normalization of plain text before pre-tokenization (HF's "NFC" normalizer,
+  // which Qwen's tokenizer.json has; llama.cpp does not normalize).
+  bool nfc = false;
 
   // Throws ds4::Error if ids, sizes or merges are inconsistent (`what` names the source).
   void validate(std::string_view what) const;
@@ -52,6 +64,7 @@ inline constexpr const char* kKeyBos = "tokenizer.ggml.bos_token_id";
 inline constexpr const char* kKeyEos = "tokenizer.ggml.eos_token_id";
 inline constexpr const char* kKeyAddedIds = "tokenizer.ds4.added_token_ids";
 inline constexpr const char* kKeyAddedFlags = "tokenizer.ds4.added_token_flags";
+inline constexpr const char* kKeyNormalizer = "tokenizer.ds4.normalizer";  // "nfc" / "none"; absent: NFC for Qwen
 
 // Reads the vocabulary keys of a GGUF file. Without tokenizer.ds4.* keys (files converted by
 // other tools), every Control/UserDefined token is an added token with default flags.

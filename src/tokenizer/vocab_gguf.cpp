@@ -5,6 +5,15 @@
 
 namespace ds4::tokenizer {
 
+std::string_view pre_tokenizer_name(PreTokenizerKind k) {
+  switch (k) {
+    case PreTokenizerKind::DeepSeekV3: return "joyai-llm";
+    case PreTokenizerKind::Qwen2: return "qwen2";
+    case PreTokenizerKind::Qwen35: return "qwen35";
+  }
+  return "joyai-llm";
+}
+
 Vocab vocab_from_gguf(const gguf::File& file) {
   const std::string& name = file.path();
   const auto model = file.get_string(kKeyModel);
@@ -12,11 +21,22 @@ Vocab vocab_from_gguf(const gguf::File& file) {
   if (*model != "gpt2") ds4::fail("{}: {} is \"{}\"; only byte-level BPE (\"gpt2\") is supported", name, kKeyModel, *model);
   // The pre-tokenizer is implied by this name. Refuse others instead of silently splitting wrong.
   const auto pre = file.get_string(kKeyPre);
-  if (!pre || (*pre != "joyai-llm" && *pre != "deepseek-v3"))
-    ds4::fail("{}: {} is {}; only the DeepSeek V3/V4 pre-tokenizer (\"joyai-llm\", \"deepseek-v3\") is supported",
-              name, kKeyPre, pre ? "\"" + *pre + "\"" : std::string("missing"));
-
   Vocab v;
+  if (pre && (*pre == "joyai-llm" || *pre == "deepseek-v3")) v.pre = PreTokenizerKind::DeepSeekV3;
+  else if (pre && *pre == "qwen2") v.pre = PreTokenizerKind::Qwen2;
+  else if (pre && *pre == "qwen35") v.pre = PreTokenizerKind::Qwen35;
+  else
+    ds4::fail("{}: {} is {}; supported pre-tokenizers: \"joyai-llm\" / \"deepseek-v3\" (DeepSeek V3/V4), \"qwen2\", "
+              "\"qwen35\"",
+              name, kKeyPre, pre ? "\"" + *pre + "\"" : std::string("missing"));
+  // Qwen tokenizers normalize to NFC (their tokenizer.json says so; GGUF has no key for it).
+  if (auto n = file.get_string(kKeyNormalizer)) {
+    if (*n != "nfc" && *n != "none") ds4::fail("{}: {} is \"{}\" (nfc or none)", name, kKeyNormalizer, *n);
+    v.nfc = *n == "nfc";
+  } else {
+    v.nfc = v.pre != PreTokenizerKind::DeepSeekV3;
+  }
+
   auto tokens = file.get_string_array(kKeyTokens);
   if (!tokens) ds4::fail("{}: no {}", name, kKeyTokens);
   v.tokens = std::move(*tokens);
@@ -73,7 +93,9 @@ void vocab_to_gguf(const Vocab& v, gguf::Writer& w) {
   using gguf::Value;
   using gguf::ValueType;
   w.add_kv(kKeyModel, Value::string("gpt2"));
-  w.add_kv(kKeyPre, Value::string("joyai-llm"));
+  w.add_kv(kKeyPre, Value::string(std::string(pre_tokenizer_name(v.pre))));
+  // Written only where it differs from what the pre-tokenizer implies (DeepSeek files unchanged).
+  if (v.nfc != (v.pre != PreTokenizerKind::DeepSeekV3)) w.add_kv(kKeyNormalizer, Value::string(v.nfc ? "nfc" : "none"));
   w.add_kv(kKeyTokens, Value::string_array(v.tokens));
   std::vector<Value> types;
   types.reserve(v.types.size());

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "chat/chatml.h"
 #include "chat/markers.h"
 #include "chat/renderer.h"
 #include "core/error.h"
@@ -91,6 +92,19 @@ void ChatRunner::trace(const std::string& line) const {
 // by Ctrl+C or -n while reasoning). The renderer writes such a turn as <think>…</think>.
 bool ChatRunner::reasoning_open(const std::vector<int32_t>& toks) const {
   const Tokenizer& tok = engine_->tokenizer();
+  if (chatml()) {  // the last turn opened with <|im_start|>, then <think> without </think>
+    const auto start = tok.find_token(chat::chatml::kImStart);
+    const auto open = tok.find_token(chat::chatml::kThinkOpen);
+    const auto close = tok.find_token(chat::chatml::kThinkClose);
+    if (!start || !open || !close) return false;
+    bool opened = false;
+    for (size_t i = toks.size(); i-- > 0;) {
+      if (toks[i] == *close) return false;
+      if (toks[i] == *open) opened = true;
+      if (toks[i] == *start) return opened;
+    }
+    return false;
+  }
   const auto asst = tok.find_token(chat::mark::kAssistant);
   const auto open = tok.find_token(chat::mark::kThinkOpen);
   const auto close = tok.find_token(chat::mark::kThinkClose);
@@ -129,7 +143,18 @@ std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const 
     ro.thinking = thinking_;
     ro.context_size = static_cast<uint64_t>(session_->n_ctx());
     ro.drop_thinking = false;  // keep earlier reasoning: turns then only append
+    ro.format = chatml() ? chat::ChatFormat::ChatML : chat::ChatFormat::DeepSeekV4;
     text = chat::render_prompt(conv, ro);
+  } else if (chatml()) {
+    // What the ChatML template writes between an answer and the next user turn: the answer's
+    // <|im_end|> (unless the model already produced it), the user turn, the assistant opening.
+    const auto& toks = session_->tokens();
+    const auto end = engine_->tokenizer().find_token(chat::chatml::kImEnd);
+    if (reasoning_open(toks)) text += "\n" + std::string(chat::chatml::kThinkClose) + "\n\n";
+    if (!(end && !toks.empty() && toks.back() == *end)) text += chat::chatml::kImEnd;
+    text += "\n" + std::string(chat::chatml::kImStart) + "user\n" + user_text + std::string(chat::chatml::kImEnd) + "\n" +
+            std::string(chat::chatml::kImStart) + "assistant\n" + std::string(chat::chatml::kThinkOpen) + "\n";
+    if (thinking_ == chat::ThinkingMode::None) text += "\n" + std::string(chat::chatml::kThinkClose) + "\n\n";
   } else {
     // What render_prompt writes after an assistant turn for the next user message: EOS
     // closing the answer (unless the model's EOS is already in the state), the user turn,

@@ -62,6 +62,8 @@ class ChatRunner {
   std::vector<int32_t> next_input(const std::string& user_text) const;
   void print_stats(const TurnStats& s) const;
   bool reasoning_open(const std::vector<int32_t>& tokens) const;
+  // The model family speaks ChatML (qwen35moe) rather than the DeepSeek V4 format.
+  bool chatml() const { return engine_->info().architecture == "qwen35moe"; }
   // One JSON object per line to the --trace file (no-op without --trace).
   void trace(const std::string& json_line) const;
 
