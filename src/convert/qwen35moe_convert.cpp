@@ -162,13 +162,94 @@ std::vector<uint64_t> tiled_index(uint32_t n_k, uint32_t R, uint64_t block) {
   return src;
 }
 
-GgmlType matrix_type(Recipe r, uint64_t n_in) {
+// What a tensor is, for its type under each recipe.
+enum class Role { Embd, Output, Matrix, Expert, Small, Vector };
+
+// f32: everything F32. f16: matrices F16. q8_0: matrices Q8_0. flash-q4 (the qwen36-q4 synth
+// preset): Q4_K matrices and experts, Q6_K output, as the published Q4_K_S files. Routers,
+// DeltaNet alpha/beta projections, the shared-expert gate, norms and small vectors stay F32.
+GgmlType tensor_type(Recipe r, Role role, uint64_t n_in) {
+  if (role == Role::Vector || role == Role::Small) return GgmlType::F32;
   switch (r) {
     case Recipe::F32: return GgmlType::F32;
     case Recipe::F16: return GgmlType::F16;
     case Recipe::Q8_0: return n_in % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F16;
-    default: fail("convert-hf: recipe {} is not available for qwen35moe (f32, f16, q8_0)", recipe_name(r));
+    case Recipe::FlashQ4:
+      if (n_in % 256 != 0) return n_in % 32 == 0 ? GgmlType::Q8_0 : GgmlType::F16;
+      return role == Role::Output ? GgmlType::Q6_K : GgmlType::Q4_K;
+    default:
+      fail("recipe {} is not available for qwen35moe (f32, f16, q8_0, flash-q4 = Q4_K/Q6_K)", recipe_name(r));
   }
+}
+
+// The qwen35moe GGUF table (llama.cpp's names and ggml shapes) with each tensor's HF source.
+// stacked(il): layer il's routed experts come as transformers' stacked tensors (else one
+// tensor per expert). lm_head: the checkpoint has its own output matrix (else tied).
+std::vector<Plan> build_plan(const QShape& s, Recipe recipe, const std::function<bool(uint32_t)>& stacked,
+                             bool lm_head) {
+  const uint64_t H = s.hidden, hd = s.head_dim, kd = uint64_t{s.dk} * s.n_k, vd = uint64_t{s.dv} * s.n_v;
+  const uint64_t cch = 2 * kd + vd, E = s.n_experts, I = s.expert_ff;
+  std::vector<Plan> plan;
+  auto add = [&](std::string g, std::vector<uint64_t> ne, Role role, std::string hf, Fix fix, int part) {
+    Plan p;
+    p.type = tensor_type(recipe, role, ne[0]);
+    p.gguf = std::move(g), p.ne = std::move(ne), p.hf = std::move(hf), p.fix = fix;
+    p.expert_part = part;
+    plan.push_back(std::move(p));
+  };
+  auto mat = [&](std::string g, std::vector<uint64_t> ne, std::string hf, Fix fix = Fix::None, Role role = Role::Matrix) {
+    add(std::move(g), std::move(ne), role, std::move(hf), fix, -1);
+  };
+  auto vec = [&](std::string g, std::vector<uint64_t> ne, std::string hf, Fix fix = Fix::None) {
+    add(std::move(g), std::move(ne), Role::Vector, std::move(hf), fix, -1);
+  };
+  mat("token_embd.weight", {H, s.vocab}, "embed_tokens.weight", Fix::None, Role::Embd);
+  vec("output_norm.weight", {H}, "norm.weight", Fix::PlusOne);
+  if (lm_head) mat("output.weight", {H, s.vocab}, "lm_head.weight", Fix::None, Role::Output);
+  for (uint32_t il = 0; il < s.n_layers; ++il) {
+    auto g = [il](const char* x) { return fmt::format("blk.{}.{}", il, x); };
+    auto h = [il](const char* x) { return fmt::format("layers.{}.{}", il, x); };
+    vec(g("attn_norm.weight"), {H}, h("input_layernorm.weight"), Fix::PlusOne);
+    vec(g("post_attention_norm.weight"), {H}, h("post_attention_layernorm.weight"), Fix::PlusOne);
+    if (s.recurrent[il]) {
+      mat(g("attn_qkv.weight"), {H, cch}, h("linear_attn.in_proj_qkv.weight"), Fix::QkvRows);
+      mat(g("attn_gate.weight"), {H, vd}, h("linear_attn.in_proj_z.weight"), Fix::ReorderRows);
+      mat(g("ssm_beta.weight"), {H, s.n_v}, h("linear_attn.in_proj_b.weight"), Fix::ReorderRows, Role::Small);
+      mat(g("ssm_alpha.weight"), {H, s.n_v}, h("linear_attn.in_proj_a.weight"), Fix::ReorderRows, Role::Small);
+      vec(g("ssm_conv1d.weight"), {s.conv_kernel, cch}, h("linear_attn.conv1d.weight"), Fix::ConvChannels);
+      vec(g("ssm_dt.bias"), {s.n_v}, h("linear_attn.dt_bias"), Fix::ReorderVec);
+      vec(g("ssm_a"), {s.n_v}, h("linear_attn.A_log"), Fix::ReorderVecNegExp);
+      vec(g("ssm_norm.weight"), {s.dv}, h("linear_attn.norm.weight"));
+      mat(g("ssm_out.weight"), {vd, H}, h("linear_attn.out_proj.weight"), Fix::ReorderCols);
+    } else {
+      mat(g("attn_q.weight"), {H, s.n_heads * hd * 2}, h("self_attn.q_proj.weight"));
+      mat(g("attn_k.weight"), {H, s.n_kv * hd}, h("self_attn.k_proj.weight"));
+      mat(g("attn_v.weight"), {H, s.n_kv * hd}, h("self_attn.v_proj.weight"));
+      mat(g("attn_output.weight"), {s.n_heads * hd, H}, h("self_attn.o_proj.weight"));
+      vec(g("attn_q_norm.weight"), {hd}, h("self_attn.q_norm.weight"), Fix::PlusOne);
+      vec(g("attn_k_norm.weight"), {hd}, h("self_attn.k_norm.weight"), Fix::PlusOne);
+    }
+    mat(g("ffn_gate_inp.weight"), {H, E}, h("mlp.gate.weight"), Fix::None, Role::Small);
+    const bool st = stacked(il);
+    const char* wn[3] = {"gate_proj", "up_proj", "down_proj"};
+    const char* gn[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
+    for (int part = 0; part < 3; ++part) {
+      std::vector<uint64_t> ne = part < 2 ? std::vector<uint64_t>{H, I, E} : std::vector<uint64_t>{I, H, E};
+      add(g(gn[part]), ne, Role::Expert,
+          st ? h(part < 2 ? "mlp.experts.gate_up_proj" : "mlp.experts.down_proj") : h("mlp.experts"), Fix::None, part);
+      if (!st) {
+        plan.back().per_expert = true;
+        plan.back().per_expert_w = wn[part];
+      }
+    }
+    if (s.shared_ff) {
+      vec(g("ffn_gate_inp_shexp.weight"), {H}, h("mlp.shared_expert_gate.weight"));
+      mat(g("ffn_gate_shexp.weight"), {H, s.shared_ff}, h("mlp.shared_expert.gate_proj.weight"));
+      mat(g("ffn_up_shexp.weight"), {H, s.shared_ff}, h("mlp.shared_expert.up_proj.weight"));
+      mat(g("ffn_down_shexp.weight"), {s.shared_ff, H}, h("mlp.shared_expert.down_proj.weight"));
+    }
+  }
+  return plan;
 }
 
 void add_metadata(gguf::Writer& w, const QShape& s) {
@@ -254,70 +335,15 @@ ConvertReport convert_qwen35moe(const ConvertOptions& o) {
       if (!src.emplace(n, &t).second) fail("{}: tensor '{}' appears twice", o.hf_dir, t.name);
     }
 
-  const uint64_t H = s.hidden, hd = s.head_dim, kd = uint64_t{s.dk} * s.n_k, vd = uint64_t{s.dv} * s.n_v;
+  const uint64_t H = s.hidden, kd = uint64_t{s.dk} * s.n_k, vd = uint64_t{s.dv} * s.n_v;
   const uint64_t cch = 2 * kd + vd, E = s.n_experts, I = s.expert_ff;
-  std::vector<Plan> plan;
-  auto add = [&](std::string g, std::vector<uint64_t> ne, GgmlType type, std::string hf, Fix fix, int part) {
-    Plan p;
-    p.gguf = std::move(g), p.ne = std::move(ne), p.type = type, p.hf = std::move(hf), p.fix = fix;
-    p.expert_part = part;
-    plan.push_back(std::move(p));
-  };
-  auto mat = [&](std::string g, std::vector<uint64_t> ne, std::string hf, Fix fix = Fix::None) {
-    const GgmlType t = matrix_type(o.recipe, ne[0]);
-    add(std::move(g), std::move(ne), t, std::move(hf), fix, -1);
-  };
-  auto vec = [&](std::string g, std::vector<uint64_t> ne, std::string hf, Fix fix = Fix::None) {
-    add(std::move(g), std::move(ne), GgmlType::F32, std::move(hf), fix, -1);
-  };
-  mat("token_embd.weight", {H, s.vocab}, "embed_tokens.weight");
-  vec("output_norm.weight", {H}, "norm.weight", Fix::PlusOne);
-  if (!s.tie || src.count("lm_head.weight")) mat("output.weight", {H, s.vocab}, "lm_head.weight");
-  for (uint32_t il = 0; il < s.n_layers; ++il) {
-    auto g = [il](const char* x) { return fmt::format("blk.{}.{}", il, x); };
-    auto h = [il](const char* x) { return fmt::format("layers.{}.{}", il, x); };
-    vec(g("attn_norm.weight"), {H}, h("input_layernorm.weight"), Fix::PlusOne);
-    vec(g("post_attention_norm.weight"), {H}, h("post_attention_layernorm.weight"), Fix::PlusOne);
-    if (s.recurrent[il]) {
-      mat(g("attn_qkv.weight"), {H, cch}, h("linear_attn.in_proj_qkv.weight"), Fix::QkvRows);
-      mat(g("attn_gate.weight"), {H, vd}, h("linear_attn.in_proj_z.weight"), Fix::ReorderRows);
-      mat(g("ssm_beta.weight"), {H, s.n_v}, h("linear_attn.in_proj_b.weight"), Fix::ReorderRows);
-      mat(g("ssm_alpha.weight"), {H, s.n_v}, h("linear_attn.in_proj_a.weight"), Fix::ReorderRows);
-      vec(g("ssm_conv1d.weight"), {s.conv_kernel, cch}, h("linear_attn.conv1d.weight"), Fix::ConvChannels);
-      vec(g("ssm_dt.bias"), {s.n_v}, h("linear_attn.dt_bias"), Fix::ReorderVec);
-      vec(g("ssm_a"), {s.n_v}, h("linear_attn.A_log"), Fix::ReorderVecNegExp);
-      vec(g("ssm_norm.weight"), {s.dv}, h("linear_attn.norm.weight"));
-      mat(g("ssm_out.weight"), {vd, H}, h("linear_attn.out_proj.weight"), Fix::ReorderCols);
-    } else {
-      mat(g("attn_q.weight"), {H, s.n_heads * hd * 2}, h("self_attn.q_proj.weight"));
-      mat(g("attn_k.weight"), {H, s.n_kv * hd}, h("self_attn.k_proj.weight"));
-      mat(g("attn_v.weight"), {H, s.n_kv * hd}, h("self_attn.v_proj.weight"));
-      mat(g("attn_output.weight"), {s.n_heads * hd, H}, h("self_attn.o_proj.weight"));
-      vec(g("attn_q_norm.weight"), {hd}, h("self_attn.q_norm.weight"), Fix::PlusOne);
-      vec(g("attn_k_norm.weight"), {hd}, h("self_attn.k_norm.weight"), Fix::PlusOne);
-    }
-    vec(g("ffn_gate_inp.weight"), {H, E}, h("mlp.gate.weight"));
-    const bool stacked = src.count(h("mlp.experts.gate_up_proj")) || src.count(h("mlp.experts.down_proj"));
-    const char* wn[3] = {"gate_proj", "up_proj", "down_proj"};
-    const char* gn[3] = {"ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"};
-    for (int part = 0; part < 3; ++part) {
-      std::vector<uint64_t> ne = part < 2 ? std::vector<uint64_t>{H, I, E} : std::vector<uint64_t>{I, H, E};
-      const GgmlType t = matrix_type(o.recipe, ne[0]);
-      add(g(gn[part]), ne, t, stacked ? h(part < 2 ? "mlp.experts.gate_up_proj" : "mlp.experts.down_proj") : h("mlp.experts"),
-          Fix::None, part);
-      if (!stacked) {
-        plan.back().per_expert = true;
-        plan.back().per_expert_w = wn[part];
-      }
-    }
-    if (s.shared_ff) {
-      vec(g("ffn_gate_inp_shexp.weight"), {H}, h("mlp.shared_expert_gate.weight"));
-      mat(g("ffn_gate_shexp.weight"), {H, s.shared_ff}, h("mlp.shared_expert.gate_proj.weight"));
-      mat(g("ffn_up_shexp.weight"), {H, s.shared_ff}, h("mlp.shared_expert.up_proj.weight"));
-      mat(g("ffn_down_shexp.weight"), {s.shared_ff, H}, h("mlp.shared_expert.down_proj.weight"));
-    }
-  }
-
+  std::vector<Plan> plan = build_plan(
+      s, o.recipe,
+      [&](uint32_t il) {
+        const std::string p = fmt::format("layers.{}.mlp.experts.", il);
+        return src.count(p + "gate_up_proj") || src.count(p + "down_proj");
+      },
+      !s.tie || src.count("lm_head.weight"));
   // Bind and check every source; every source must be used.
   std::set<std::string> used;
   auto need = [&](const std::string& name, const std::vector<uint64_t>& torch_shape, const Plan& p) -> const StTensor* {
@@ -478,6 +504,85 @@ ConvertReport convert_qwen35moe(const ConvertOptions& o) {
     }
     emit(y, nrows, fmt::format("{} (from {})", p.gguf, t.name));
     log(fmt::format("[{}/{}] {} {} {}", i + 1, plan.size(), p.gguf, traits(p.type).name, shape_str(p.ne)));
+  }
+  w.finish();
+  rep.n_tensors = plan.size();
+  return rep;
+}
+
+namespace {
+
+// Qwen3.6-35B-A3B's text model (its config.json): 40 layers, 3 Gated DeltaNet + 1 gated attention.
+QShape qwen36_35b_a3b(uint32_t layers) {
+  QShape s;
+  s.name = "qwen36-35b-a3b-synthetic";
+  s.vocab = 248320, s.hidden = 2048, s.n_layers = layers, s.n_heads = 16, s.n_kv = 2, s.head_dim = 256;
+  s.conv_kernel = 4, s.dk = 128, s.dv = 128, s.n_k = 16, s.n_v = 32;
+  s.n_experts = 256, s.n_used = 8, s.expert_ff = 512, s.shared_ff = 512;
+  s.context = 262144, s.rms_eps = 1e-6, s.rope_theta = 10000000.0, s.partial_rotary = 0.25;
+  s.mrope_section = {11, 11, 10, 0};
+  s.full_interval = 4;
+  for (uint32_t i = 0; i < layers; ++i) s.recurrent.push_back((i + 1) % 4 != 0);
+  return s;
+}
+
+struct SplitMix {
+  uint64_t x;
+  uint64_t next() {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+  float normal() {  // Box-Muller
+    const double u = std::max(uniform(), 1e-300), v = uniform();
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u)) * std::cos(6.283185307179586 * v));
+  }
+};
+
+}  // namespace
+
+QwenSynthReport synth_qwen36(const QwenSynthOptions& o) {
+  if (o.layers < 1 || o.layers > 40) fail("synth qwen36: --layers {} is outside 1..40", o.layers);
+  const QShape s = qwen36_35b_a3b(o.layers);
+  const std::vector<Plan> plan = build_plan(s, o.recipe, [](uint32_t) { return true; }, true);
+  tokenizer::Vocab vocab = byte_vocab(s.vocab);
+  vocab.pre = tokenizer::PreTokenizerKind::Qwen35;
+  vocab.nfc = true;
+  gguf::Writer w(o.out_path);
+  add_metadata(w, s);
+  tokenizer::vocab_to_gguf(vocab, w);
+  for (const auto& p : plan) w.add_tensor(p.gguf, p.type, p.ne);
+  w.write_header();
+  QwenSynthReport rep;
+  std::vector<float> buf;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const Plan& p = plan[i];
+    SplitMix rng{o.seed * 0x100000001B3ull + i};
+    const uint64_t ne0 = p.ne[0];
+    uint64_t rows = 1;
+    for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+    // Values of a trained model's order: matrices ~N(0, 1/n_in), norms ~1, decays in (0, 1).
+    const std::string& n = p.gguf;
+    auto value = [&]() -> float {
+      if (n.find("norm") != std::string::npos) return 1.0f + 0.1f * rng.normal();
+      if (n.find("ssm_a") != std::string::npos) return -static_cast<float>(0.02 + 0.58 * rng.uniform());
+      if (n.find("ssm_dt") != std::string::npos || n.find("conv1d") != std::string::npos) return 0.5f * rng.normal();
+      if (n == "token_embd.weight") return rng.normal();
+      return rng.normal() / std::sqrt(static_cast<float>(ne0));
+    };
+    const uint64_t step = std::max<uint64_t>(1, (uint64_t{1} << 22) / ne0);
+    for (uint64_t r0 = 0; r0 < rows; r0 += step) {
+      const uint64_t nr = std::min(step, rows - r0);
+      buf.resize(nr * ne0);
+      for (float& v : buf) v = value();
+      const auto bytes = encode_rows(p.type, buf.data(), static_cast<int64_t>(nr), static_cast<int64_t>(ne0),
+                                     p.gguf.c_str(), o.threads);
+      w.write_tensor_data(bytes);
+      rep.data_bytes += bytes.size();
+    }
+    if (o.log) o.log(fmt::format("[{}/{}] {} {} {}", i + 1, plan.size(), p.gguf, traits(p.type).name, shape_str(p.ne)));
   }
   w.finish();
   rep.n_tensors = plan.size();

@@ -18,4 +18,22 @@ bool is_qwen35moe_config(const std::string& config_path);
 // before a byte is written; recipes f32, f16, q8_0).
 ConvertReport convert_qwen35moe(const ConvertOptions& o);
 
+// `ds4-gguf synth --preset qwen36-q4`: the tensor table and metadata of Qwen3.6-35B-A3B's
+// published Q4 GGUF (Q4_K matrices and experts, Q6_K output, F32 routers, DeltaNet gates,
+// norms) for the first `layers` layers, with seeded random values of a trained model's order,
+// quantized by ds4's (ggml bit-exact) quantizers. For benchmarks and loaders; byte vocabulary.
+struct QwenSynthOptions {
+  std::string out_path;
+  uint32_t layers = 4;
+  uint64_t seed = 1;
+  Recipe recipe = Recipe::FlashQ4;
+  int threads = 0;
+  std::function<void(std::string_view)> log;
+};
+struct QwenSynthReport {
+  size_t n_tensors = 0;
+  uint64_t data_bytes = 0;
+};
+QwenSynthReport synth_qwen36(const QwenSynthOptions& o);
+
 }  // namespace ds4::convert

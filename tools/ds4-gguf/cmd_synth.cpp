@@ -1,9 +1,10 @@
-// ds4-gguf synth --preset flash-q2|flash-q4 [--layers N] [--sparse|--sparse-all] [--seed S] --out FILE
+// ds4-gguf synth --preset flash-q2|flash-q4|qwen36-q4 [--layers N] [--sparse|--sparse-all] [--seed S] --out FILE
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
 #include "command.h"
+#include "convert/qwen35moe_convert.h"
 #include "convert/synth.h"
 #include "core/error.h"
 
@@ -11,14 +12,16 @@ namespace {
 
 int usage() {
   std::fprintf(stderr,
-               "usage: ds4-gguf synth --preset flash-q2|flash-q4 [--layers N] [--sparse|--sparse-all] [--seed S] "
+               "usage: ds4-gguf synth --preset flash-q2|flash-q4|qwen36-q4 [--layers N] [--sparse|--sparse-all] [--seed S] "
                "--out FILE.gguf\n"
+               "  qwen36-q4     Qwen3.6-35B-A3B (qwen35moe) Q4_K tensor table, first N layers (default 4)\n"
                "  --sparse      routed experts are file holes (zeros); --sparse-all: every tensor is a hole\n");
   return 2;
 }
 
 int cmd_synth(int argc, char** argv) {
   ds4::convert::SynthOptions o;
+  bool qwen = false, layers_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -27,6 +30,10 @@ int cmd_synth(int argc, char** argv) {
     };
     if (a == "--preset") {
       std::string p = value();
+      if (p == "qwen36-q4") {
+        qwen = true;
+        continue;
+      }
       auto r = ds4::convert::recipe_from_name(p);
       if (!r) throw ds4::Error("synth: unknown --preset '" + p + "' (flash-q2, flash-q4; also f32, f16, q8_0)");
       o.recipe = *r;
@@ -34,6 +41,7 @@ int cmd_synth(int argc, char** argv) {
       long n = std::strtol(value().c_str(), nullptr, 10);
       if (n < 1 || n > 1000) throw ds4::Error("synth: --layers must be in 1..1000");
       o.layers = static_cast<uint32_t>(n);
+      layers_given = true;
     } else if (a == "--seed") o.seed = std::strtoull(value().c_str(), nullptr, 10);
     else if (a == "--sparse") o.sparse = ds4::convert::Sparse::Experts;
     else if (a == "--sparse-all") o.sparse = ds4::convert::Sparse::All;
@@ -45,6 +53,22 @@ int cmd_synth(int argc, char** argv) {
     }
   }
   if (o.out_path.empty()) return usage();
+  if (qwen) {
+    try {
+      ds4::convert::QwenSynthOptions q;
+      q.out_path = o.out_path;
+      q.layers = layers_given ? o.layers : 4;
+      q.seed = o.seed;
+      if (o.sparse != ds4::convert::Sparse::None) throw ds4::Error("synth: --sparse is not available for qwen36-q4");
+      auto rep = ds4::convert::synth_qwen36(q);
+      std::printf("wrote %s: %zu tensors, %llu data bytes\n", o.out_path.c_str(), rep.n_tensors,
+                  static_cast<unsigned long long>(rep.data_bytes));
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "synth: %s\n", e.what());
+      return 1;
+    }
+  }
   try {
     auto rep = ds4::convert::synth(o);
     std::printf("wrote %s: %zu tensors, %llu bytes (%llu written, the rest holes)\n", o.out_path.c_str(), rep.n_tensors,
@@ -57,7 +81,7 @@ int cmd_synth(int argc, char** argv) {
 }
 
 const bool registered = ds4::tools::register_command(
-    {"synth", "--preset flash-q2|flash-q4 [--layers N] [--sparse] [--seed S] --out FILE   synthetic Flash-layout GGUF",
+    {"synth", "--preset flash-q2|flash-q4|qwen36-q4 [--layers N] [--sparse] [--seed S] --out FILE   synthetic GGUF",
      cmd_synth});
 
 }  // namespace
