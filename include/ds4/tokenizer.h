@@ -1,5 +1,6 @@
 #pragma once
-// DeepSeek V3/V4 byte-level BPE tokenizer (design spec section 9.1), exact to HF tokenizers.
+// Byte-level BPE tokenizer (design spec section 9.1), exact to HF tokenizers: DeepSeek V3/V4,
+// and Qwen (tokenizer.ggml.pre "qwen2" / "qwen35", with HF's NFC normalization).
 //
 //   auto tok = ds4::Tokenizer::load("model.gguf");
 //   std::vector<int32_t> ids = tok.encode(user_text, /*parse_special=*/false);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "chat/dsml.h"
+#include "chat/chatml_parser.h"
 #include "chat/dsml_parser.h"
 #include "chat/markers.h"
 #include "chat/prompt_tokens.h"
@@ -58,6 +59,7 @@ std::string Agent::render(const chat::Conversation& c) const {
   ro.context_size = static_cast<uint64_t>(model_.n_ctx());
   ro.drop_thinking = false;  // keep every turn as written: the history only grows
   ro.add_bos = true;
+  ro.format = opts_.format;
   return chat::render_prompt(c, ro);
 }
 
@@ -69,6 +71,7 @@ chat::MarkedText Agent::render_marked(const chat::Conversation& c) const {
   ro.context_size = static_cast<uint64_t>(model_.n_ctx());
   ro.drop_thinking = false;
   ro.add_bos = true;
+  ro.format = opts_.format;
   return chat::render_prompt_marked(c, ro);
 }
 
@@ -136,11 +139,18 @@ PrefillStats Agent::sync(const std::atomic<bool>* cancel) {
 
 namespace {
 
-// Collects one model turn from the streamed pieces.
+// Collects one model turn from the streamed pieces (DSML or ChatML tool calls, by format).
 struct TurnParse {
-  explicit TurnParse(bool thinking) : thinking(thinking), parser(thinking) {}
+  TurnParse(bool thinking, chat::ChatFormat format, const std::vector<chat::Json>& tools) : thinking(thinking) {
+    if (format == chat::ChatFormat::ChatML) chatml.emplace(thinking, tools);
+    else dsml.emplace(thinking);
+  }
   bool thinking;
-  chat::DsmlStreamParser parser;
+  std::optional<chat::DsmlStreamParser> dsml;
+  std::optional<chat::ChatmlStreamParser> chatml;
+  std::vector<chat::ToolCall> chatml_calls;  // ChatML: completed calls (DSML: dsml->calls())
+  void feed(std::string_view piece) { dsml ? dsml->feed(piece, evs) : chatml->feed(piece, evs); }
+  void finish() { dsml ? dsml->finish(evs) : chatml->finish(evs); }
   std::string raw, reasoning, content, block, error;
   bool in_reasoning = true;
   bool stop = false;
@@ -153,6 +163,19 @@ struct TurnParse {
         case K::Reasoning: reasoning += ev.text; sink.reasoning(ev.text); break;
         case K::ReasoningEnd: in_reasoning = false; break;
         case K::Text: content += ev.text; sink.text(ev.text); break;
+        case K::ToolCallEnd:
+          if (chatml) {
+            chat::ToolCall c;
+            c.name = ev.name;
+            try {
+              c.arguments = chat::Json::parse(ev.text);
+            } catch (const std::exception& e) {
+              c.arguments_valid = false;
+              c.arguments_text = e.what();
+            }
+            chatml_calls.push_back(std::move(c));
+          }
+          break;
         case K::ToolCallsEnd: block = ev.text; stop = true; break;
         case K::Eos: stop = true; break;
         case K::Error:
@@ -190,18 +213,20 @@ RunReport Agent::run(const std::string& user_text, const std::atomic<bool>* canc
       if (ps.cancelled) return finish(Outcome::Cancelled);
 
       const bool thinking = opts_.thinking != chat::ThinkingMode::None;
-      TurnParse tp(thinking);
+      std::vector<chat::Json> schemas;
+      for (const auto& m : conv_.messages) schemas.insert(schemas.end(), m.tools.begin(), m.tools.end());
+      TurnParse tp(thinking, opts_.format, schemas);
       GenParams gp;
       gp.max_tokens = opts_.max_tokens;
       gp.cancel = cancel;
       const GenStats gs = model_.generate(gp, [&](std::string_view piece) {
         tp.raw.append(piece);
-        tp.parser.feed(piece, tp.evs);
+        tp.feed(piece);
         tp.handle(sink_);
         return !tp.stop;
       });
       if (gs.reason != GenStop::Cancelled && !tp.stop) {
-        tp.parser.finish(tp.evs);
+        tp.finish();
         tp.handle(sink_);
         // Cut by the token limit or a full context: an open block or reasoning is expected.
         if (gs.reason != GenStop::StopToken) tp.error.clear();
@@ -219,7 +244,11 @@ RunReport Agent::run(const std::string& user_text, const std::atomic<bool>* canc
         a.content = tp.content;
         a.raw_tool_block = tp.block;
         int n = next_call_number();
-        for (const auto& c : tp.parser.calls()) {
+        for (auto& c : tp.chatml_calls) {
+          c.id = fmt::format("call_{}", n++);
+          a.tool_calls.push_back(std::move(c));
+        }
+        for (const auto& c : tp.dsml ? tp.dsml->calls() : std::vector<chat::DsmlCall>{}) {
           try {
             a.tool_calls.push_back(chat::tool_call_from_dsml(c, fmt::format("call_{}", n++)));
           } catch (const std::exception& e) {

@@ -22,6 +22,8 @@ struct AgentOptions {
   chat::ThinkingMode thinking = chat::ThinkingMode::High;
   int max_turns = 50;        // model turns per run()
   int64_t max_tokens = -1;   // per model turn; < 0: until the model stops or the context is full
+  // The model family's prompt and tool-call format (chat::chat_format_for_architecture).
+  chat::ChatFormat format = chat::ChatFormat::DeepSeekV4;
 };
 
 // The system prompt: what the agent is, where it works; the tool schemas come with it.

@@ -1,3 +1,4 @@
+#include "chat/chatml.h"
 #include "agent/app.h"
 
 #include <fmt/format.h>
@@ -62,6 +63,7 @@ App::App(const AgentCliOptions& o) : o_(o) {
   ao.thinking = thinking_from_name(o.think);
   ao.max_turns = o.max_turns;
   ao.max_tokens = o.n_predict;
+  ao.format = chat::chat_format_for_architecture(engine_->info().architecture);
   agent_ = std::make_unique<Agent>(*model_, *tools_, *sink_, *host_, ao);
   store_ = std::make_unique<SessionStore>(o.sessions_dir.empty() ? SessionStore::default_dir() : fs::path(o.sessions_dir));
   new_session();

@@ -32,7 +32,10 @@ std::vector<ScriptRule> load_script(const std::string& path) {
 
 GenStats ScriptModel::generate(const GenParams& params, const PieceFn& on_piece) {
   const std::string& h = inner_.text();
-  const size_t last_user = h.rfind(chat::mark::kUser);
+  // The last user turn of either prompt format (DeepSeek V4 or ChatML).
+  size_t last_user = h.rfind(chat::mark::kUser);
+  const size_t chatml_user = h.rfind("<|im_start|>user");
+  if (chatml_user != std::string::npos && (last_user == std::string::npos || chatml_user > last_user)) last_user = chatml_user;
   const std::string_view tail = last_user == std::string::npos ? std::string_view(h) : std::string_view(h).substr(last_user);
   for (const auto& r : rules_) {
     if (tail.find(r.when) != std::string_view::npos) return inner_.generate_forced(r.text, params, on_piece);
