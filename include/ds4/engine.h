@@ -57,6 +57,15 @@ struct EngineOptions {
   bool expert_protect = true;                // prefetched experts are not evicted while fresh
   std::string packed_experts;                // "" = MODEL.gguf.experts when it exists
   std::string trace_routing;                 // write a routing trace (docs/FORMATS.md) here
+
+  // Directional steering (DeepSeek V4 only): a direction file from `ds4-gguf steer-build` for
+  // this model (docs/FORMATS.md "Steering direction file"; another model's file is an error),
+  // and the scales new sessions start with: A * v is added to the residual streams after the
+  // attention sublayer of each covered layer, B * v after its FFN sublayer. Scales 0 (or no
+  // file) leave the forward pass untouched. Session::set_steering changes them per session.
+  std::string dir_steering_file;
+  float dir_steering_attn = 0;
+  float dir_steering_ffn = 0;
 };
 
 // Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
@@ -94,6 +103,11 @@ struct EngineInfo {
   std::string backend;         // "cpu"
   int threads = 0;             // resolved compute thread count
   bool act_quant_sim = true;
+  // Steering direction file: "" when none; else its path, the layers it covers and its id
+  // (16 hex digits, XXH64 of the file's bytes; session payloads record it).
+  std::string steering_file;
+  int64_t steering_first_layer = 0, steering_layers = 0;
+  std::string steering_id;
 };
 
 // Expert-streaming counters since the engine opened (what `--stats` prints, in numbers).

@@ -149,6 +149,16 @@ class Session {
   // includes it evaluates it). Throws ds4::Error when n_past() == 0.
   GenerateResult generate(const GenerateOptions& options, const TokenFn& on_token);
 
+  // Directional steering scales (EngineOptions::dir_steering_*) for the tokens evaluated from
+  // now on. The state already computed is kept as it is (the REPL's /steer). Non-zero scales
+  // need an engine opened with a steering file (ds4::Error otherwise). The steering that
+  // produced the state is recorded in payloads: a state computed under other scales, or
+  // under scales that changed along the way, is never loaded into this session (load_payload
+  // throws, so the disk KV cache treats it as a miss).
+  void set_steering(float attn, float ffn);
+  float steering_attn() const;
+  float steering_ffn() const;
+
   // Session payload: tokens, next-token logits, sampler RNG position and all per-layer state,
   // tagged with EngineInfo::model_id (format: docs/FORMATS.md "Session payload"). Loading
   // replaces this session's state; it throws ds4::Error — leaving the session unchanged —

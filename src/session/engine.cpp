@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -203,6 +204,24 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   } else {
     open_deepseek4(*impl, std::move(file), o);
   }
+  if (!o.dir_steering_file.empty()) {
+    if (!impl->model) fail("{}: directional steering is implemented for deepseek4 models only (this is {})",
+                           o.dir_steering_file, in.architecture);
+    const auto& hp = impl->model->hparams();
+    const std::vector<uint8_t> bytes = steer::read_file(o.dir_steering_file);
+    impl->steering = steer::decode(bytes, o.dir_steering_file);
+    steer::check_model(*impl->steering, in.model_id, hp.n_layer, hp.n_embd, o.dir_steering_file);
+    impl->steering_id = XXH64(bytes.data(), bytes.size(), 0);
+    if (impl->steering_id == 0) impl->steering_id = 1;  // 0 means "plain" in payloads
+    in.steering_file = o.dir_steering_file;
+    in.steering_first_layer = impl->steering->first;
+    in.steering_layers = impl->steering->count;
+    in.steering_id = fmt::format("{:016x}", impl->steering_id);
+  }
+  for (float v : {o.dir_steering_attn, o.dir_steering_ffn})
+    if (!std::isfinite(v)) fail("steering scale {} is not finite", v);
+  if ((o.dir_steering_attn != 0.0f || o.dir_steering_ffn != 0.0f) && !impl->steering)
+    fail("--dir-steering-attn / --dir-steering-ffn need --dir-steering-file");
   in.has_tokenizer = impl->tokenizer.has_value();
   if (impl->tokenizer) {
     const Tokenizer& t = *impl->tokenizer;

@@ -10,6 +10,7 @@
 #include "ds4/engine.h"
 #include "model/deepseek4/model.h"
 #include "model/qwen35moe/model.h"
+#include "session/steering.h"
 #include "stream/provider.h"
 
 namespace ds4 {
@@ -24,6 +25,8 @@ struct Engine::Impl {
   std::unique_ptr<model::deepseek4::Model> model;
   std::unique_ptr<model::qwen35moe::Model> qwen;
   std::optional<Tokenizer> tokenizer;
+  std::optional<steer::Directions> steering;  // EngineOptions::dir_steering_file
+  uint64_t steering_id = 0;                   // XXH64 of that file's bytes (EngineInfo::steering_id)
   std::unique_ptr<ThreadPool> pool;
   // Device backends hold the weights once: every session shares this instance (null: each
   // session makes its own CPU backend over `pool`).

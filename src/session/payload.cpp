@@ -2,8 +2,11 @@
 //
 //   char[8]  magic "DS4SESS\0"
 //   u32      version (1)
-//   u32      reserved (0)
+//   u32      flags: bit 0 = the state was computed under steering (a steering record follows
+//            the model hash); other bits 0
 //   u64      model hash: XXH64 of the GGUF bytes before its tensor data (EngineInfo::model_id)
+//   if flags bit 0: u64 steering file id (EngineInfo::steering_id), f32 attn scale, f32 ffn
+//            scale (of the first evaluation), u32 mixed (1: the scales changed along the way)
 //   u32 x 6  n_layer, n_vocab, head_dim, sliding_window, indexer_head_dim, act_quant_sim (0/1)
 //   u64      n_pos: tokens in the state
 //   u64      n_ctx of the saving session (informational)
@@ -77,8 +80,15 @@ std::vector<uint8_t> Session::save_payload() const {
   Out o;
   o.b.insert(o.b.end(), kMagic, kMagic + 8);
   o.put<uint32_t>(kVersion);
-  o.put<uint32_t>(0);
+  const bool steered = !(s.state_sig == SteerSig{});
+  o.put<uint32_t>(steered ? 1 : 0);
   o.put<uint64_t>(s.e->model_hash);
+  if (steered) {
+    o.put<uint64_t>(s.state_sig.id);
+    o.put<float>(s.state_sig.attn);
+    o.put<float>(s.state_sig.ffn);
+    o.put<uint32_t>(s.state_sig.mixed ? 1 : 0);
+  }
   for (int64_t v : {hp.n_layer, hp.n_vocab, hp.head_dim, hp.sliding_window, hp.indexer_head_dim})
     o.put<uint32_t>(static_cast<uint32_t>(v));
   o.put<uint32_t>(s.e->options.act_quant_sim ? 1 : 0);
@@ -119,11 +129,29 @@ void Session::load_payload(std::span<const uint8_t> bytes) {
   std::memcpy(&stored, bytes.data() + body, 8);
   if (XXH64(bytes.data(), body, 0) != stored)
     fail("session payload: checksum mismatch ({} bytes): the payload is truncated or corrupt", bytes.size());
-  in.get<uint32_t>("reserved");
+  const uint32_t flags = in.get<uint32_t>("flags");
+  if (flags & ~1u) fail("session payload: unknown flags {:#x} at byte 12", flags);
   const uint64_t hash = in.get<uint64_t>("model hash");
   if (hash != s.e->model_hash)
     fail("session payload: saved with model {:016x}, this engine runs model {:016x} ({})", hash, s.e->model_hash,
          s.e->options.model_path);
+  SteerSig sig;
+  if (flags & 1u) {
+    sig.id = in.get<uint64_t>("steering id");
+    sig.attn = in.get<float>("steering attn scale");
+    sig.ffn = in.get<float>("steering ffn scale");
+    const uint32_t mixed = in.get<uint32_t>("steering mixed flag");
+    if (mixed > 1) fail("session payload: steering mixed flag {} is neither 0 nor 1", mixed);
+    sig.mixed = mixed == 1;
+  }
+  const SteerSig want_sig = s.current_sig();
+  auto describe = [](const SteerSig& g) {
+    if (g == SteerSig{}) return std::string("no steering");
+    return fmt::format("steering file {:016x} at attn {} / ffn {}{}", g.id, g.attn, g.ffn,
+                       g.mixed ? " (scales changed while the state grew)" : "");
+  };
+  if (sig.mixed || !(sig == want_sig))
+    fail("session payload: the state was computed under {}; this session runs {}", describe(sig), describe(want_sig));
   const char* names[] = {"n_layer", "n_vocab", "head_dim", "sliding_window", "indexer_head_dim"};
   const int64_t want[] = {hp.n_layer, hp.n_vocab, hp.head_dim, hp.sliding_window, hp.indexer_head_dim};
   for (int i = 0; i < 5; ++i) {
@@ -165,6 +193,7 @@ void Session::load_payload(std::span<const uint8_t> bytes) {
     fail("session payload: {} unexpected bytes before the checksum", static_cast<int64_t>(body) - static_cast<int64_t>(in.at()));
 
   s.state = std::move(st);
+  s.state_sig = sig;
   s.sampler.rng().set_state(rng);
   s.checkpoints.clear();
   s.add_checkpoint();  // later rewinds within the loaded text need not start from position 0

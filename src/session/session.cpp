@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "core/error.h"
 #include "session/session_impl.h"
@@ -27,6 +28,8 @@ std::unique_ptr<Session> Engine::new_session(const SessionOptions& o) const {
   s->engine = shared_from_this();
   s->e = impl_.get();
   s->options = o;
+  s->steer_attn = impl_->options.dir_steering_attn;
+  s->steer_ffn = impl_->options.dir_steering_ffn;
   s->n_ctx = o.n_ctx > 0 ? o.n_ctx : impl_->info.n_ctx;
   if (impl_->shared_backend) {
     s->backend = impl_->shared_backend.get();
@@ -53,12 +56,40 @@ std::span<const float> Session::logits() const {
 void Session::Impl::fresh_state() {
   if (qwen()) qstate = e->qwen->new_state(*backend, n_ctx);
   else state = new_state();
+  state_sig = current_sig();
+}
+
+SteerSig Session::Impl::current_sig() const {
+  if (steer_attn == 0.0f && steer_ffn == 0.0f) return {};
+  return {e->steering_id, steer_attn, steer_ffn, false};
 }
 
 void Session::Impl::eval_tokens(std::span<const int32_t> tokens) {
-  if (qwen()) e->qwen->eval(*backend, qstate, tokens, nullptr);
-  else e->model->eval(*backend, state, tokens, nullptr);
+  if (tokens.empty()) return;
+  const SteerSig now = current_sig();
+  if (n_pos() == 0) state_sig = now;
+  else if (!(state_sig == now)) state_sig.mixed = true;
+  if (qwen()) {
+    e->qwen->eval(*backend, qstate, tokens, nullptr);
+  } else if (now.id != 0) {
+    steer::SteerHook hook(*e->steering, e->model->hparams().n_hc, steer_attn, steer_ffn);
+    e->model->eval(*backend, state, tokens, nullptr, &hook);
+  } else {
+    e->model->eval(*backend, state, tokens, nullptr);
+  }
 }
+
+void Session::set_steering(float attn, float ffn) {
+  if (!std::isfinite(attn) || !std::isfinite(ffn)) fail("steering scales must be finite (got {} and {})", attn, ffn);
+  if ((attn != 0.0f || ffn != 0.0f) && !impl_->e->steering)
+    fail("steering scales {} / {} need a steering file (--dir-steering-file); the engine was opened without one",
+         attn, ffn);
+  impl_->steer_attn = attn;
+  impl_->steer_ffn = ffn;
+  if (impl_->n_pos() == 0) impl_->state_sig = impl_->current_sig();
+}
+float Session::steering_attn() const { return impl_->steer_attn; }
+float Session::steering_ffn() const { return impl_->steer_ffn; }
 
 void Session::Impl::reset() {
   fresh_state();

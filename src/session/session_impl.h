@@ -12,6 +12,15 @@
 
 namespace ds4 {
 
+// The steering a state was computed under (payloads record it). id 0: plain (no steering or
+// both scales 0). mixed: the scales changed while the state grew.
+struct SteerSig {
+  uint64_t id = 0;
+  float attn = 0, ffn = 0;
+  bool mixed = false;
+  bool operator==(const SteerSig&) const = default;
+};
+
 struct Session::Impl {
   std::shared_ptr<const Engine> engine;
   const Engine::Impl* e = nullptr;
@@ -23,6 +32,9 @@ struct Session::Impl {
   model::qwen35moe::State qstate;   // qwen35moe engines
   Sampler sampler;
   std::deque<session::Checkpoint> checkpoints;  // ascending n_pos, all <= state.n_pos
+  float steer_attn = 0, steer_ffn = 0;  // scales for the next evaluations
+  SteerSig state_sig;                   // what the current state was computed under
+  SteerSig current_sig() const;         // what the next evaluation runs under
 
   // Appends tokens (ids already validated, context already checked) in chunks that end at
   // max_batch and checkpoint-interval boundaries. end_checkpoint: also checkpoint the final

@@ -55,8 +55,10 @@ void Forward::run(float* logits_all, bool need_last_logits) {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     attention_layer(il, X, Xn);
     std::swap(X, Xn);
+    if (hook_) hook_->after_sublayer(be_, il, Sublayer::Attention, X.data(), n_, p0_);
     ffn_layer(il, X, Xn);
     std::swap(X, Xn);
+    if (hook_) hook_->after_sublayer(be_, il, Sublayer::Ffn, X.data(), n_, p0_);
   }
   const int64_t V = hp_.n_vocab;
   if (logits_all) {

@@ -21,9 +21,10 @@ struct HcMix {
 
 class Forward {
  public:
-  Forward(const Model& m, compute::Backend& be, State& st, std::span<const int32_t> tokens)
+  Forward(const Model& m, compute::Backend& be, State& st, std::span<const int32_t> tokens,
+          LayerHook* hook = nullptr)
       : m_(m), hp_(m.hp_), w_(m.w_), be_(be), st_(st), tokens_(tokens), n_(static_cast<int64_t>(tokens.size())),
-        p0_(st.n_pos) {}
+        p0_(st.n_pos), hook_(hook) {}
 
   // logits_all: [n][n_vocab] (host) or null. need_last_logits: also store the last row's
   // logits in the state (false for all but the final chunk of a long evaluation).
@@ -56,6 +57,7 @@ class Forward {
   compute::Buffer<int32_t> tokens_dev_;
   int64_t n_;
   int64_t p0_;
+  LayerHook* hook_;
 };
 
 }  // namespace ds4::model::deepseek4

@@ -41,7 +41,8 @@ void Model::register_weights(compute::Backend& be) const {
     be.register_weights(v.data(), v.size() * sizeof(float), fmt::format("widened vector {}", i++));
 }
 
-void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const {
+void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all,
+                 LayerHook* hook) const {
   if (tokens.empty()) return;
   if (state.backend != &be) fail("deepseek4: the session state belongs to another backend");
   if (state.layers.size() != static_cast<size_t>(hp_.n_layer))
@@ -53,7 +54,7 @@ void Model::eval(compute::Backend& be, State& state, std::span<const int32_t> to
   const int64_t step = std::max<int64_t>(1, opt_.max_batch);
   for (int64_t at = 0; at < n; at += step) {
     const int64_t len = std::min(step, n - at);
-    Forward(*this, be, state, tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(len)))
+    Forward(*this, be, state, tokens.subspan(static_cast<size_t>(at), static_cast<size_t>(len)), hook)
         .run(logits_all ? logits_all + at * hp_.n_vocab : nullptr, at + len == n);
   }
 }

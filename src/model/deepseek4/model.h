@@ -20,6 +20,19 @@ class ExpertProvider;
 
 namespace ds4::model::deepseek4 {
 
+// Per-layer hook on the residual stream (directional steering, activation statistics).
+// Forward calls it after each sublayer's hyper-connection post, with X: rows x [n_hc][n_embd]
+// residual streams in backend memory (row r is the token at position p0 + r). It may read X
+// (download) or modify it, with backend ops only, so the same hook runs on every backend.
+// A null hook costs nothing: the forward pass does not look at it otherwise.
+enum class Sublayer { Attention, Ffn };
+class LayerHook {
+ public:
+  virtual ~LayerHook() = default;
+  virtual void after_sublayer(compute::Backend& be, int64_t il, Sublayer which, float* X, int64_t rows,
+                              int64_t p0) = 0;
+};
+
 struct Options {
   // FP8 KV rounding and Hadamard+FP4 indexer rounding (spec §5.2-5.4), as the official
   // implementation does. Off reproduces transformers' float-only math.
@@ -55,7 +68,9 @@ class Model {
   // do not cause) leaves the state unusable: start a new one.
   // `state` must have been created on `be`.
   // Not safe to call concurrently with the same Backend (its scratch buffers are shared).
-  void eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all) const;
+  // `hook`, when non-null, is called after every sublayer (see LayerHook).
+  void eval(compute::Backend& be, State& state, std::span<const int32_t> tokens, float* logits_all,
+            LayerHook* hook = nullptr) const;
 
  private:
   Model(gguf::File file, Options opt);
