@@ -10,6 +10,7 @@
 // measured in.
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -110,5 +111,14 @@ namespace ds4::steer {
 // normalize(mean(positive) - mean(negative)). DeepSeek V4 engines only.
 Directions build(const Engine& engine, const std::vector<std::vector<int32_t>>& positive,
                  const std::vector<std::vector<int32_t>>& negative, int64_t first, int64_t count, Position pos);
+
+}  // namespace ds4::steer
+
+namespace ds4::steer {
+
+// Sum of the model's natural-log probabilities of tokens[1..n) given their prefixes, in one
+// batched evaluation from an empty state, with the engine's steering file at these scales
+// (0, 0: unsteered). Returns {sum, n-1}. For measuring a direction's effect (steer-eval).
+std::pair<double, int64_t> score_text(const Engine& engine, std::span<const int32_t> tokens, float attn, float ffn);
 
 }  // namespace ds4::steer

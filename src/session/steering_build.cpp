@@ -1,5 +1,8 @@
 // steer::build: collects residual streams over two prompt sets (ds4-gguf steer-build).
+#include <algorithm>
+#include <cmath>
 #include <mutex>
+#include <optional>
 
 #include "core/error.h"
 #include "session/engine_impl.h"
@@ -38,6 +41,41 @@ Directions build(const Engine& engine, const std::vector<std::vector<int32_t>>& 
   const CollectHook n = run(negative, "negative");
   return directions_from(p, n, e.info.model_id, static_cast<uint32_t>(hp.n_layer), static_cast<uint32_t>(first),
                          static_cast<uint32_t>(count), static_cast<uint32_t>(hp.n_embd), pos);
+}
+
+}  // namespace ds4::steer
+
+namespace ds4::steer {
+
+std::pair<double, int64_t> score_text(const Engine& engine, std::span<const int32_t> tokens, float attn, float ffn) {
+  const Engine::Impl& e = engine.impl();
+  if (!e.model) fail("steer: directional steering is implemented for deepseek4 models only");
+  if ((attn != 0.0f || ffn != 0.0f) && !e.steering) fail("steer: scales {} / {} need a steering file", attn, ffn);
+  if (tokens.size() < 2) return {0.0, 0};
+  const auto& hp = e.model->hparams();
+  std::unique_ptr<compute::Backend> own;
+  compute::Backend* be = e.shared_backend.get();
+  if (!be) {
+    own = compute::make_cpu_backend(e.pool.get());
+    be = own.get();
+  }
+  std::lock_guard lock(e.compute_mu);
+  const size_t V = static_cast<size_t>(hp.n_vocab);
+  std::vector<float> logits(tokens.size() * V);
+  model::deepseek4::State st = e.model->new_state(*be, static_cast<int64_t>(tokens.size()));
+  std::optional<SteerHook> hook;
+  if (attn != 0.0f || ffn != 0.0f) hook.emplace(*e.steering, hp.n_hc, attn, ffn);
+  e.model->eval(*be, st, tokens, logits.data(), hook ? &*hook : nullptr);
+  double sum = 0;
+  for (size_t t = 0; t + 1 < tokens.size(); ++t) {
+    const float* l = logits.data() + t * V;
+    double mx = l[0];
+    for (size_t v = 1; v < V; ++v) mx = std::max(mx, static_cast<double>(l[v]));
+    double z = 0;
+    for (size_t v = 0; v < V; ++v) z += std::exp(static_cast<double>(l[v]) - mx);
+    sum += static_cast<double>(l[static_cast<size_t>(tokens[t + 1])]) - mx - std::log(z);
+  }
+  return {sum, static_cast<int64_t>(tokens.size()) - 1};
 }
 
 }  // namespace ds4::steer

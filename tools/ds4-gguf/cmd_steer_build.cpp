@@ -4,48 +4,24 @@
 // Each JSONL line is a JSON string or an object with "prompt" or "text". By default a prompt
 // is rendered as one user turn of the DeepSeek V4 chat template (non-thinking), ending at the
 // assistant prefix; --raw tokenizes the text as is (BOS first when the vocabulary has one).
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
-#include "chat/renderer.h"
 #include "command.h"
 #include "core/error.h"
 #include "ds4/engine.h"
 #include "session/steering.h"
+#include "steer_prompts.h"
 
 namespace {
+
+using ds4::tools::read_prompts;
 
 constexpr const char* kUsage =
     "usage: steer-build -m MODEL.gguf --positive A.jsonl --negative B.jsonl [--layers L0:L1] "
     "[--position last|mean] [--raw] [--threads N] --out DIR.f32";
-
-std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) ds4::fail("{}: cannot open prompt file", path);
-  std::vector<std::string> out;
-  std::string line;
-  size_t no = 0;
-  while (std::getline(f, line)) {
-    ++no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      ds4::fail("{}:{}: not JSON: {}", path, no, e.what());
-    }
-    if (j.is_string()) out.push_back(j.get<std::string>());
-    else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) out.push_back(j["prompt"].get<std::string>());
-    else if (j.is_object() && j.contains("text") && j["text"].is_string()) out.push_back(j["text"].get<std::string>());
-    else ds4::fail("{}:{}: expected a JSON string or an object with a string \"prompt\" or \"text\"", path, no);
-  }
-  if (out.empty()) ds4::fail("{}: no prompts", path);
-  return out;
-}
 
 int cmd_steer_build(int argc, char** argv) {
   ds4::EngineOptions eo;
@@ -91,29 +67,7 @@ int cmd_steer_build(int argc, char** argv) {
       ds4::fail("--layers '{}': expected L0:L1 with 0 <= L0 <= L1 < {}", layers, info.n_layer);
     first = l0, count = l1 - l0 + 1;
   }
-  const ds4::Tokenizer& tok = engine->tokenizer();
-  auto tokens_of = [&](const std::string& path) {
-    std::vector<std::vector<int32_t>> out;
-    for (const auto& text : read_prompts(path)) {
-      if (raw) {
-        std::vector<int32_t> ids;
-        if (info.bos_id) ids.push_back(*info.bos_id);
-        tok.encode_append(text, false, ids);
-        out.push_back(std::move(ids));
-      } else {
-        ds4::chat::Conversation c;
-        ds4::chat::Message m;
-        m.role = ds4::chat::Role::User;
-        m.content = text;
-        c.messages.push_back(m);
-        ds4::chat::RenderOptions ro;
-        ro.thinking = ds4::chat::ThinkingMode::None;
-        ro.context_size = static_cast<uint64_t>(info.n_ctx);
-        out.push_back(tok.encode(ds4::chat::render_prompt(c, ro), true));
-      }
-    }
-    return out;
-  };
+  auto tokens_of = [&](const std::string& path) { return ds4::tools::prompt_tokens(*engine, read_prompts(path), raw); };
   const auto positive = tokens_of(pos_path);
   const auto negative = tokens_of(neg_path);
   const auto d = ds4::steer::build(*engine, positive, negative, first, count, pos);

@@ -251,10 +251,16 @@ void ChatRunner::print_stats(const TurnStats& s) const {
   fmt::print(stderr, "\n{}\n", format_stats(s));
 }
 
-void ChatRunner::set_ctx(int64_t n) {
+std::unique_ptr<Session> ChatRunner::new_session(int64_t n_ctx) const {
   SessionOptions so;
-  so.n_ctx = n;
-  auto next = engine_->new_session(so);
+  so.n_ctx = n_ctx;
+  auto s = engine_->new_session(so);
+  if (steer_set_) s->set_steering(steer_attn_, steer_ffn_);
+  return s;
+}
+
+void ChatRunner::set_ctx(int64_t n) {
+  auto next = new_session(n);
   next->set_sampler(session_->sampler().config());
   next->sampler().rng().set_state(session_->sampler().rng().state());
   if (session_->n_past() > next->n_ctx())
@@ -289,9 +295,7 @@ int64_t ChatRunner::disk_load(const std::vector<int32_t>& input) {
     store_->note_miss();
     return 0;
   }
-  SessionOptions so;
-  so.n_ctx = session_->n_ctx();
-  auto next = engine_->new_session(so);
+  auto next = new_session(session_->n_ctx());
   try {
     next->load_payload(d->payload);
   } catch (const Error& e) {
@@ -349,9 +353,7 @@ void ChatRunner::save_on_exit() {
 }
 
 void ChatRunner::start_over() {
-  SessionOptions so;
-  so.n_ctx = session_->n_ctx();
-  auto next = engine_->new_session(so);
+  auto next = new_session(session_->n_ctx());
   next->set_sampler(sampler_config_);
   session_ = std::move(next);
 }

@@ -46,6 +46,11 @@ class ChatRunner {
   TurnStats turn(const std::string& user_text, std::FILE* out);
 
   void set_thinking(chat::ThinkingMode m) { thinking_ = m; }
+  // The REPL's /steer: steering scales for the following tokens (kept by later sessions).
+  void set_steering(float attn, float ffn) {
+    session_->set_steering(attn, ffn);
+    steer_set_ = true, steer_attn_ = attn, steer_ffn_ = ffn;
+  }
   chat::ThinkingMode thinking() const { return thinking_; }
   // Replaces the session by one with context n (keeping the conversation when it fits).
   void set_ctx(int64_t n);
@@ -75,6 +80,9 @@ class ChatRunner {
   std::FILE* trace_ = nullptr;
   std::unique_ptr<kvdisk::Store> store_;
   SamplerConfig sampler_config_;
+  bool steer_set_ = false;  // /steer was used: new sessions take these scales
+  float steer_attn_ = 0, steer_ffn_ = 0;
+  std::unique_ptr<Session> new_session(int64_t n_ctx) const;
   void disk_save(kvdisk::SaveReason reason);
   int64_t disk_load(const std::vector<int32_t>& input);
 

@@ -68,6 +68,13 @@ int main(int argc, char** argv) {
   xs->add_option("--packed-experts", opts.packed_experts, "packed expert file (default: MODEL.gguf.experts if present)");
   xs->add_option("--trace-routing", opts.trace_routing, "write every token's routing to FILE (streams the experts)");
   xs->add_flag("--stats", opts.stats, "print expert-streaming counters at the end");
+  auto* st = app.add_option_group("Directional steering");
+  st->add_option("--dir-steering-file", opts.dir_steering_file,
+                 "direction file from `ds4-gguf steer-build` for this model");
+  st->add_option("--dir-steering-attn", opts.dir_steering_attn,
+                 "scale A: A*v is added after the attention sublayer of each covered layer (default 0)");
+  st->add_option("--dir-steering-ffn", opts.dir_steering_ffn,
+                 "scale B: B*v is added after the FFN sublayer of each covered layer (default 0)");
   ds4::tools::add_chat_flags(app, chat);
   app.footer(
       "Modes: --tokens IDS --dump-logits OUT evaluates token ids and writes their logits; -p/--prompt-file\n"
@@ -82,6 +89,7 @@ int main(int argc, char** argv) {
     opts.act_quant_sim = sim_arg == "on";
     if (opts.dump_logits_path.empty() && tokens_arg.empty()) return ds4::tools::run_chat_cli(opts, chat);
     if (opts.dump_logits_path.empty()) ds4::fail("--tokens needs --dump-logits OUT");
+    if (!opts.dir_steering_file.empty()) ds4::fail("--dir-steering-file applies to chat and generation, not --dump-logits");
     if (tokens_arg.empty()) ds4::fail("--dump-logits needs --tokens");
     opts.tokens = parse_token_list(tokens_arg);
     ds4::tools::run_dump_logits(opts);

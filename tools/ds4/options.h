@@ -20,6 +20,10 @@ struct Ds4Options {
   bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
   bool stats = false;
 
+  // Directional steering (EngineOptions::dir_steering_*).
+  std::string dir_steering_file;
+  float dir_steering_attn = 0, dir_steering_ffn = 0;
+
   // Logits dump (architecture.md §3).
   std::vector<int32_t> tokens;
   std::string dump_logits_path;

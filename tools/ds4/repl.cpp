@@ -28,6 +28,8 @@ constexpr const char* kHelp =
     "  /read FILE     send the contents of FILE as your message\n"
     "  /save FILE     save the session (tokens and model state) to FILE\n"
     "  /load FILE     continue a session saved with /save\n"
+    "  /steer A [B]   directional steering scales (attn A, ffn B; one number sets both) for the\n"
+    "                 following tokens; the cached state is kept (needs --dir-steering-file)\n"
     "  /new           start a new conversation\n"
     "  /quit, /exit   leave\n"
     "Ctrl+C stops an answer; Ctrl+D at the prompt leaves.\n";
@@ -128,6 +130,29 @@ int run_repl(ChatRunner& runner, const ChatCliOptions& o) {
         if (path.empty()) fail("/load needs a file path");
         runner.load(path);
         fmt::print("Loaded {} tokens from {}.\n", runner.session().n_past(), path);
+      } else if (is_cmd(line, "/steer")) {
+        const std::string a = arg_of(line, 6);
+        float v[2] = {0, 0};
+        int n = 0;
+        size_t at = 0;
+        while (n < 3) {
+          const size_t b = a.find_first_not_of(" \t", at);
+          if (b == std::string::npos) break;
+          const size_t e = a.find_first_of(" \t", b);
+          const std::string w = a.substr(b, e == std::string::npos ? std::string::npos : e - b);
+          char* end = nullptr;
+          const float x = std::strtof(w.c_str(), &end);
+          if (*end != '\0' || n == 2) fail("/steer needs one or two numbers (attn [ffn]), got '{}'", a);
+          v[n++] = x;
+          at = e == std::string::npos ? a.size() : e;
+        }
+        if (n == 0) {
+          fmt::print("Steering: attn {}, ffn {}.\n", runner.session().steering_attn(), runner.session().steering_ffn());
+        } else {
+          runner.set_steering(v[0], n == 2 ? v[1] : v[0]);
+          fmt::print("Steering: attn {}, ffn {} from the next token on.\n", runner.session().steering_attn(),
+                     runner.session().steering_ffn());
+        }
       } else if (line == "/new") {
         runner.start_over();
         fmt::print("New conversation.\n");

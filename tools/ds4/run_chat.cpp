@@ -86,6 +86,9 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   eo.expert_protect = !c.no_expert_protect;
   eo.packed_experts = c.packed_experts;
   eo.trace_routing = c.trace_routing;
+  eo.dir_steering_file = c.dir_steering_file;
+  eo.dir_steering_attn = c.dir_steering_attn;
+  eo.dir_steering_ffn = c.dir_steering_ffn;
   auto engine = Engine::open(eo);
   if (!c.verbose && !engine->memory_plan().expert_streaming.empty())
     fmt::print(stderr, "{}\n", engine->memory_plan().expert_streaming);
