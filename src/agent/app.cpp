@@ -24,6 +24,9 @@ App::App(const AgentCliOptions& o) : o_(o) {
   eo.backend = o.backend;
   eo.threads = o.threads;
   eo.ctx_size = o.ctx;
+  eo.dir_steering_file = o.dir_steering_file;
+  eo.dir_steering_attn = o.dir_steering_attn;
+  eo.dir_steering_ffn = o.dir_steering_ffn;
   engine_ = Engine::open(eo);
   SamplerConfig sc;
   sc.temperature = o.temperature;

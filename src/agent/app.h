@@ -15,6 +15,8 @@ struct AgentCliOptions {
   std::string model_path = "ds4flash.gguf";
   std::string backend = "cpu";
   int threads = 0;
+  std::string dir_steering_file;  // EngineOptions::dir_steering_*
+  float dir_steering_attn = 0, dir_steering_ffn = 0;
   int64_t ctx = 0;
   float temperature = 1.0f;
   int32_t top_k = 0;

@@ -99,12 +99,20 @@ struct HttpServer::Impl final : HttpHandler {
   }
 
   json model_json(const std::string& id) const {
-    return json{{"id", id},
-                {"object", "model"},
-                {"created", 1767225600},
-                {"owned_by", "ds4"},
-                {"context_length", model.n_ctx()},
-                {"max_completion_tokens", std::min<int64_t>(opts.default_max_tokens, model.n_ctx())}};
+    json j{{"id", id},
+           {"object", "model"},
+           {"created", 1767225600},
+           {"owned_by", "ds4"},
+           {"context_length", model.n_ctx()},
+           {"max_completion_tokens", std::min<int64_t>(opts.default_max_tokens, model.n_ctx())}};
+    if (!opts.steering_file.empty())
+      j["steering"] = json{{"file", opts.steering_file},
+                           {"id", opts.steering_id},
+                           {"first_layer", opts.steering_first_layer},
+                           {"layers", opts.steering_layers},
+                           {"attn", opts.steering_attn},
+                           {"ffn", opts.steering_ffn}};
+    return j;
   }
 
   // Everything but generation: answered on an I/O thread.

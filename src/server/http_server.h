@@ -31,6 +31,11 @@ struct ServerOptions {
   std::vector<std::string> model_ids{"deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"};
   int64_t default_max_tokens = 4096;
   chat::ChatFormat chat_format = chat::ChatFormat::DeepSeekV4;  // from the model's architecture
+  // Directional steering the engine runs with (EngineInfo::steering_*), reported in the model
+  // info; steering_file empty: none.
+  std::string steering_file, steering_id;
+  int64_t steering_first_layer = 0, steering_layers = 0;
+  float steering_attn = 0, steering_ffn = 0;
 };
 
 class HttpServer {

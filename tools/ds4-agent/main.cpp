@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--dir-steering-file", o.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
+  app.add_option("--dir-steering-attn", o.dir_steering_attn, "steering scale after attention sublayers (default 0)");
+  app.add_option("--dir-steering-ffn", o.dir_steering_ffn, "steering scale after FFN sublayers (default 0)");
   app.add_option("-c,--ctx", o.ctx, "context size in tokens (default: the model's training context)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--temp", o.temperature, "sampling temperature; 0 = greedy (default 1; tool-call structure is always greedy)");

@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", eo.threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--backend", eo.backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dir-steering-file", eo.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
+  app.add_option("--dir-steering-attn", eo.dir_steering_attn, "steering scale after attention sublayers (default 0)");
+  app.add_option("--dir-steering-ffn", eo.dir_steering_ffn, "steering scale after FFN sublayers (default 0)");
   app.add_option("--host", so.host, "address to bind (loopback by default)")->capture_default_str();
   app.add_option("--port", so.port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
@@ -134,7 +137,22 @@ int main(int argc, char** argv) {
       mo.max_sessions = avail ? ds4::kvdisk::sessions_that_fit(engine->memory_plan(), ds4::SessionOptions{}.max_checkpoints, avail, 3) : 1;
     }
     auto model = ds4::server::make_session_model(engine, mo);
-    metrics.set_extra([&model] { return model->prometheus(); });
+    const auto& info = engine->info();
+    so.steering_file = info.steering_file;
+    so.steering_id = info.steering_id;
+    so.steering_first_layer = info.steering_first_layer;
+    so.steering_layers = info.steering_layers;
+    so.steering_attn = eo.dir_steering_attn;
+    so.steering_ffn = eo.dir_steering_ffn;
+    const std::string steering_lines = fmt::format(
+        "# HELP ds4_steering_attn_scale Directional steering scale after attention sublayers (0: none).\n"
+        "# TYPE ds4_steering_attn_scale gauge\nds4_steering_attn_scale {}\n"
+        "# HELP ds4_steering_ffn_scale Directional steering scale after FFN sublayers (0: none).\n"
+        "# TYPE ds4_steering_ffn_scale gauge\nds4_steering_ffn_scale {}\n"
+        "# HELP ds4_steering_layers Layers the steering file covers (0: no file).\n"
+        "# TYPE ds4_steering_layers gauge\nds4_steering_layers {}\n",
+        eo.dir_steering_attn, eo.dir_steering_ffn, info.steering_layers);
+    metrics.set_extra([&model, steering_lines] { return model->prometheus() + steering_lines; });
     ds4::server::WorkerOptions wo;
     wo.max_queue = max_queue;
     wo.debug_prefill_delay_ms = prefill_delay_ms;
