@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "kv_test_util.h"
 #include "kvdisk/pool.h"
+#include "session/steering.h"
 
 namespace ds4::kvdisk {
 namespace {
@@ -221,6 +222,61 @@ TEST(KvPool, ForeignModelAndUnloadablePayloadFallBackToPrefill) {
   probe->load_payload(d->payload);
   EXPECT_EQ(probe->n_past(), 64);
   EXPECT_EQ(to_vec(pool.current().logits()), fresh_logits(e2, a));
+}
+
+// The disk cache never hands a prefix computed under one steering to a run with another: the
+// payload records the steering (docs/FORMATS.md), the session refuses it, the pool prefills.
+TEST(KvPool, APrefixComputedUnderOtherSteeringIsNotReused) {
+  auto plain = open_engine();
+  const std::string sdir = scratch_dir("s");
+  const std::string file = sdir + "/dir.f32";
+  ds4::steer::save(file, ds4::steer::build(*plain, {random_tokens(20, 1), random_tokens(25, 2)},
+                                           {random_tokens(22, 3)}, 0, plain->info().n_layer,
+                                           ds4::steer::Position::Mean));
+  auto steered = [&](float attn, float ffn) {
+    EngineOptions o = plain->options();
+    o.dir_steering_file = file;
+    o.dir_steering_attn = attn;
+    o.dir_steering_ffn = ffn;
+    return Engine::open(o);
+  };
+  const auto a = random_tokens(100, 51);
+  const std::string dir = scratch_dir("d");
+  auto e1 = steered(2, 1);
+  {
+    auto store = open_store(dir, *e1);
+    SessionPool pool(e1, small_policy(2), store.get());
+    pool.sync(a);  // cold save at 64 tokens, under steering 2 / 1
+    EXPECT_EQ(token_counts(*store), (std::vector<uint64_t>{64}));
+  }
+  // The same model without steering: no reuse, and the logits of a plain prefill.
+  {
+    auto store = open_store(dir, *plain);
+    SessionPool pool(plain, small_policy(2), store.get());
+    const PoolSync r = pool.sync(a);
+    EXPECT_EQ(r.from_disk, 0);
+    EXPECT_EQ(r.evaluated, 100);
+    EXPECT_EQ(to_vec(pool.current().logits()), fresh_logits(plain, a));
+    EXPECT_NE(to_vec(pool.current().logits()), fresh_logits(e1, a));  // steering did change them
+  }
+  // The plain run's cold save replaced the steered file. Under other scales: no reuse either.
+  {
+    auto e2 = steered(2, 0.5f);
+    auto store = open_store(dir, *e2);
+    SessionPool pool(e2, small_policy(2), store.get());
+    const PoolSync r = pool.sync(a);
+    EXPECT_EQ(r.from_disk, 0);
+    EXPECT_EQ(to_vec(pool.current().logits()), fresh_logits(e2, a));
+  }
+  // Under the same steering as the file's: reused, with the logits of a steered prefill.
+  {
+    auto e3 = steered(2, 0.5f);
+    auto store = open_store(dir, *e3);
+    SessionPool pool(e3, small_policy(2), store.get());
+    const PoolSync r = pool.sync(a);
+    EXPECT_EQ(r.from_disk, 64);
+    EXPECT_EQ(to_vec(pool.current().logits()), fresh_logits(e3, a));
+  }
 }
 
 TEST(KvPool, ContextOverflowIsThrownBeforeAnySessionChanges) {
