@@ -166,12 +166,17 @@ class Session {
   // truncated / corrupt payload (a checksum covers every byte).
   std::vector<uint8_t> save_payload() const;
   void load_payload(std::span<const uint8_t> payload);
+  // The same without the steering check: the state keeps the steering record it was saved
+  // with. For moving a live conversation to another session of the same engine (the REPL's
+  // /ctx), not for caches.
+  void load_payload_any_steering(std::span<const uint8_t> payload);
   void save(const std::string& path) const;  // written to path.tmp, then renamed
   void load(const std::string& path);
 
   struct Impl;
 
  private:
+  void load_payload_impl(std::span<const uint8_t> payload, bool any_steering);
   friend class Engine;
   explicit Session(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

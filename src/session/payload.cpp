@@ -111,7 +111,10 @@ std::vector<uint8_t> Session::save_payload() const {
   return std::move(o.b);
 }
 
-void Session::load_payload(std::span<const uint8_t> bytes) {
+void Session::load_payload(std::span<const uint8_t> bytes) { load_payload_impl(bytes, false); }
+void Session::load_payload_any_steering(std::span<const uint8_t> bytes) { load_payload_impl(bytes, true); }
+
+void Session::load_payload_impl(std::span<const uint8_t> bytes, bool any_steering) {
   Impl& s = *impl_;
   if (s.qwen()) return session::load_qwen35moe_payload(s, bytes);
   const auto& hp = s.e->model->hparams();
@@ -146,11 +149,11 @@ void Session::load_payload(std::span<const uint8_t> bytes) {
   }
   const SteerSig want_sig = s.current_sig();
   auto describe = [](const SteerSig& g) {
+    if (g.mixed) return std::string("steering scales that changed while the state grew");
     if (g == SteerSig{}) return std::string("no steering");
-    return fmt::format("steering file {:016x} at attn {} / ffn {}{}", g.id, g.attn, g.ffn,
-                       g.mixed ? " (scales changed while the state grew)" : "");
+    return fmt::format("steering file {:016x} at attn {} / ffn {}", g.id, g.attn, g.ffn);
   };
-  if (sig.mixed || !(sig == want_sig))
+  if (!any_steering && (sig.mixed || !(sig == want_sig)))
     fail("session payload: the state was computed under {}; this session runs {}", describe(sig), describe(want_sig));
   const char* names[] = {"n_layer", "n_vocab", "head_dim", "sliding_window", "indexer_head_dim"};
   const int64_t want[] = {hp.n_layer, hp.n_vocab, hp.head_dim, hp.sliding_window, hp.indexer_head_dim};

@@ -265,7 +265,7 @@ void ChatRunner::set_ctx(int64_t n) {
   next->sampler().rng().set_state(session_->sampler().rng().state());
   if (session_->n_past() > next->n_ctx())
     fail("/ctx {}: the conversation already holds {} tokens; /save it or start over", n, session_->n_past());
-  if (session_->n_past() > 0) next->load_payload(session_->save_payload());
+  if (session_->n_past() > 0) next->load_payload_any_steering(session_->save_payload());
   session_ = std::move(next);
 }
 

@@ -78,7 +78,7 @@ TEST(CliSteer, BadFilesAndFlagsFailWithTheReason) {
 TEST(CliSteer, ReplSteerChangesTheScalesAndKeepsTheCachedState) {
   const std::string f = direction_file();
   const std::string tr = scratch().path("steer.trace");
-  const std::string input = "hello\n/steer 4 2\n/steer\nagain\n/steer x\n/quit\n";
+  const std::string input = "hello\n/steer 4 2\n/steer\nagain\n/steer x\n/ctx 100\n/quit\n";
   const auto r = run_ds4("-m " + scratch().model + " -t 2 --nothink --temp 0 -n 8 --ignore-eos --trace " + tr +
                              " --dir-steering-file " + f,
                          &input);
@@ -86,6 +86,8 @@ TEST(CliSteer, ReplSteerChangesTheScalesAndKeepsTheCachedState) {
   EXPECT_NE(r.out.find("Steering: attn 4, ffn 2 from the next token on."), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Steering: attn 4, ffn 2."), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("/steer needs one or two numbers"), std::string::npos) << r.err;
+  // /ctx moves the conversation, computed under changing scales, into a new session.
+  EXPECT_NE(r.out.find("Context: 100 tokens."), std::string::npos) << r.out << r.err;
   const auto pre = events(read_trace(tr), "prefill");
   ASSERT_EQ(pre.size(), 2u);
   EXPECT_EQ(pre[1]["reused"], 9 + 8);  // the first turn's state is kept, not recomputed

@@ -300,6 +300,10 @@ TEST(Steering, PayloadsRecordTheSteeringAndRefuseAnotherOne) {
   auto f = e->new_session();
   f->set_steering(3, 1);
   EXPECT_NE(err_of([&] { f->load_payload(mixed); }).find("changed while the state grew"), std::string::npos);
+  // Moving a live conversation (the REPL's /ctx) keeps it, and its record: still refused later.
+  f->load_payload_any_steering(mixed);
+  EXPECT_EQ(to_vec(f->logits()), to_vec(d->logits()));
+  EXPECT_TRUE(f->save_payload() == mixed);
   std::filesystem::remove(path);
 }
 
