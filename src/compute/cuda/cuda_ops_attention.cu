@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "compute/cuda/block_cache.h"
+#include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "core/error.h"
@@ -23,23 +24,6 @@ namespace {
 // ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), then the remaining elements added one by one. Lane L
 // of a warp owns chain L; every lane returns the result. Explicit intrinsics throughout: this
 // file is compiled with FMA contraction on.
-
-__device__ __forceinline__ float fold8(const float* l) {
-  const float a0 = __fadd_rn(l[0], l[4]), a1 = __fadd_rn(l[1], l[5]), a2 = __fadd_rn(l[2], l[6]),
-              a3 = __fadd_rn(l[3], l[7]);
-  return __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
-}
-
-__device__ __forceinline__ float warp_fold_chains(float a) {
-  const int l = threadIdx.x & 7;
-  const float c0 = __shfl_sync(kFull, a, l), c1 = __shfl_sync(kFull, a, l + 8);
-  const float c2 = __shfl_sync(kFull, a, l + 16), c3 = __shfl_sync(kFull, a, l + 24);
-  const float v = __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
-  float lv[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) lv[k] = __shfl_sync(kFull, v, k);
-  return fold8(lv);
-}
 
 __device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, int64_t n) {
   const int lane = threadIdx.x & 31;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/gemv_formats.cuh"
 
 namespace ds4::cuda::gemv_detail {
@@ -37,13 +38,6 @@ constexpr int kMinBlocks = 3;
 __host__ __device__ constexpr int round16(int v) { return (v + 15) / 16 * 16; }
 // Bytes of shared memory per staged row segment: the segment plus its misalignment and slack.
 __host__ __device__ constexpr int slice_bytes_for(int seg_bytes) { return round16(seg_bytes + 16 + kSliceSlack); }
-
-// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), as quant::fold_lanes8.
-__device__ __forceinline__ float fold8(const float* l) {
-  const float a0 = __fadd_rn(l[0], l[4]), a1 = __fadd_rn(l[1], l[5]), a2 = __fadd_rn(l[2], l[6]),
-              a3 = __fadd_rn(l[3], l[7]);
-  return __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
-}
 
 // Copies bytes [off, off+nbytes) of rows 0..nrows-1 (row j at base + j*row_stride) into the
 // slices (row j's at smem + j*slice; its first byte at slice + (address mod 16)). All threads
@@ -230,17 +224,9 @@ __device__ void cta_fdot(const uint8_t* w, size_t row_stride, int64_t n_in, int 
               if (r < nr) a[r] = fmaf(wv, xs[r * pl.seg_elems + i + lane], a[r]);
           }
         const int t0 = i;
-        // Chains l, l+8, l+16, l+24 form lane l of (a0+a1)+(a2+a3); then the 8-lane fold.
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const int l = lane & 7;
-          const float c0 = __shfl_sync(0xffffffffu, a[r], l), c1 = __shfl_sync(0xffffffffu, a[r], l + 8);
-          const float c2 = __shfl_sync(0xffffffffu, a[r], l + 16), c3 = __shfl_sync(0xffffffffu, a[r], l + 24);
-          float v = __fadd_rn(__fadd_rn(c0, c1), __fadd_rn(c2, c3));
-          float lv[8];
-#pragma unroll
-          for (int k = 0; k < 8; ++k) lv[k] = __shfl_sync(0xffffffffu, v, k);
-          float sum = fold8(lv);
+          float sum = warp_fold_chains(a[r]);
           if (lane == 0 && r < nr) {
             for (int t = t0; t < ne; ++t)
               sum = __fadd_rn(sum, __fmul_rn(F::selem(row, t), xs[r * pl.seg_elems + t]));
