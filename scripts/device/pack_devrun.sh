@@ -16,7 +16,7 @@ done
 # Libraries outside libc/libstdc++/CUDA's driver: the image may lack them or hold other versions.
 for b in .devrun/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}'
-done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s' \
+done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s|libicu' \
   | while read -r l; do cp -L "$l" .devrun/lib/; done
 cp scripts/device/cuda_suite.sh .devrun/
 du -sh .devrun; ls .devrun/bin .devrun/lib

@@ -94,6 +94,9 @@ struct RouteParams {
 //     pp % window; positions max(0, pos-window+1) .. pos, ascending;
 //  2. compressed rows `comp` (n_comp rows of head_dim): rows idx[0..n_idx) in the given order
 //     when idx is non-null (idx is backend memory), else rows 0 .. n_comp-1.
+// ratio > 0 states that n_comp == (pos + 1) / ratio (rows are emitted at window ends), and
+// comp_capacity bounds it for every later position: a device backend recording a decode step
+// (step graphs, below) derives the count from the position it reads on the device.
 struct AttnKv {
   const float* ring = nullptr;
   int64_t window = 0;
@@ -102,6 +105,45 @@ struct AttnKv {
   int64_t n_comp = 0;
   const int32_t* idx = nullptr;
   int64_t n_idx = 0;
+  int64_t ratio = 0;
+  int64_t comp_capacity = 0;
+};
+
+// A number of compressed rows. Plain (ratio 0): n. Position-derived (at()): (pos + 1) / ratio,
+// at most `capacity` at any later position, so a recorded decode step can count on the device.
+struct RowCount {
+  int64_t n = 0;
+  int64_t pos = -1;
+  int64_t ratio = 0;
+  int64_t capacity = 0;
+  RowCount(int64_t count) : n(count) {}  // NOLINT: a plain count converts implicitly
+  static RowCount at(int64_t pos, int64_t ratio, int64_t capacity) {
+    RowCount c((pos + 1) / ratio);
+    c.pos = pos, c.ratio = ratio, c.capacity = capacity;
+    return c;
+  }
+};
+
+// One compressor's emission at the end of a window (spec §6.5; compressor_emit below).
+struct CompressorEmit {
+  float* kv = nullptr;       // lanes*ratio slots of lanes*dim (the state's kv and score)
+  float* score = nullptr;
+  int64_t ratio = 0, lanes = 0, dim = 0;
+  float* rows = nullptr;     // append-only rows of dim; the window ending at pos fills row (pos+1)/ratio - 1
+  const float* norm = nullptr;  // RMSNorm weight (dim), a weight vector
+  float eps = 0;
+  std::span<const double> freqs;  // RoPE of the row at the window's first position
+  bool round = false;             // the activation rounding of the emitted row
+  ActRound round_kind = ActRound::Fp8;
+  int64_t n_round = 0;
+};
+
+// Identifies one decode step's sequence of ops (step graphs): the state it reads and writes
+// (a serial number, unique per State) and a variant word for what else changes the sequence.
+struct StepKey {
+  uint64_t state = 0;
+  uint64_t variant = 0;
+  bool operator==(const StepKey&) const = default;
 };
 
 class Backend {
@@ -196,20 +238,29 @@ class Backend {
   // for c < n_keys (w[h]*scale rounded to float first). q: [n_heads][head_dim]; keys: n_keys
   // contiguous rows of head_dim.
   virtual void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
-                              const float* keys, int64_t n_keys, float* scores) = 0;
+                              const float* keys, RowCount n_keys, float* scores) = 0;
   // The k highest of scores[0..n) (equal scores: the lower index wins), written to idx in
   // ascending index order. k <= n.
-  virtual void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) = 0;
+  virtual void top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) = 0;
 
-  // Compressor (spec §6.5). store: kv_slot[j] = kvp[j]; score_slot[j] = f32(ape[ape_row][j]) + scp[j]
+  // ring[(pos % ring_rows) * n + i] = src[i], i < n: one row into a ring buffer.
+  virtual void store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src);
+
+  // Compressor (spec §6.5). store, for the token at `pos` with slot s = (lanes == 2 ? ratio : 0)
+  // + pos % ratio: kv[s*width + j] = kvp[j]; score[s*width + j] = f32(ape[pos % ratio][j]) + scp[j]
   // for j < width (ape is a weight Matrix of a float type; the bias joins before storing, trap 10).
-  virtual void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
-                                int64_t width, float* kv_slot, float* score_slot) = 0;
+  virtual void compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                                const float* scp, int64_t width, float* kv, float* score) = 0;
   // pool: kv/score hold lanes*ratio rows of lanes*dim. Slot s < ratio reads columns [0, dim) ;
   // with two lanes, slot s >= ratio reads columns [dim, 2*dim) (trap 9). Per column j:
   // out[j] = sum_s softmax_s(score[s][j]) * kv[s][j]; all -inf scores give 0.
   virtual void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                                float* out) = 0;
+  // Nothing unless the window ends at pos ((pos + 1) % ratio == 0); then: pool into the next
+  // row, RMSNorm it, RoPE at the window's first position pos + 1 - ratio (trap 8), round it,
+  // and with two lanes move the current window's slots to the previous lane. The default body
+  // composes the ops above in that order (backend_step_ops.cpp).
+  virtual void compressor_emit(const CompressorEmit& e, int64_t pos);
 
   // Router (spec §6.8): s_e = sqrt(softplus(logits[t][e])); experts[t] = tid2eid[tokens[t]] when
   // hash-routed, else the top k of s_e + bias[e] (equal: lower id first, in descending order);
@@ -223,6 +274,28 @@ class Backend {
   virtual void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                            const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                            float* y) = 0;
+
+  // ---- decode-step graphs ------------------------------------------------------------------
+  // A device backend may record the ops of one decode step (one token) once and replay them
+  // for later tokens, reading the position and the token on the device. The forward pass
+  // records through the ordinary ops; while recording, positions reach ops only as explicit
+  // arguments (rope_tail pos0, AttnKv/RowCount with their ratio, store_row, compressor_*), no
+  // op may synchronize, and the step's token is read from step_token(). Defaults: no graphs.
+  //
+  // Replays the step recorded for `key` at `pos` with `token` and returns its logits (backend
+  // memory, valid until the next step), or null when none is recorded; *record then says
+  // whether the caller should record this one.
+  virtual const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) {
+    (void)key, (void)pos, (void)token;
+    *record = false;
+    return nullptr;
+  }
+  // Starts recording the step for `key` at `pos`; the step's ops then read its token here.
+  virtual const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token);
+  // Ends the recording, runs the recorded step once and returns its logits (backend memory).
+  virtual const float* step_record_end(const float* logits);
+  // Drops an unfinished recording (an op failed); never throws.
+  virtual void step_record_abort() noexcept {}
 
   // ---- ops of the qwen35moe family (Gated DeltaNet + gated full attention + softmax MoE) -----
   // The CPU backend implements them (cpu/cpu_qwen_ops.cpp). The defaults below throw

@@ -673,18 +673,20 @@ void case_top_k(int64_t n, int64_t k, bool ties, bool time_it) {
     time_gpu("top_k", std::to_string(k) + " of " + std::to_string(n), n * 8.0, 0, [&] { GPU->top_k(s[1], n, k, idx[1]); });
 }
 
-void case_compressor_store(GgmlType ape_type, int64_t ratio, int64_t width) {
+void case_compressor_store(GgmlType ape_type, int64_t ratio, int64_t width, int64_t lanes) {
   std::vector<float> af = normal(ratio * width, 0.5f);
   const auto& tr = traits(ape_type);
   std::vector<uint8_t> ab(row_bytes(tr, width) * ratio);
   quant::quantize_rows(ape_type, af.data(), ab.data(), ratio, width, nullptr);
   compute::Matrix ape{ape_type, weight(ab, "comp.ape"), width, ratio, row_bytes(tr, width)};
-  Pair<float> kvp(normal(width)), scp(normal(width)), kv(width), sc(width);
+  Pair<float> kvp(normal(width)), scp(normal(width)), kv(lanes * ratio * width), sc(lanes * ratio * width);
   poison(kv), poison(sc);
-  const int64_t row = ratio - 1;
-  for (int b = 0; b < 2; ++b) (b ? GPU : CPU)->compressor_store(ape, row, kvp[b], scp[b], width, kv[b], sc[b]);
-  check_exact("compressor_store kv", std::string(tr.name) + " " + shp({ratio, width}), kv);
-  check_exact("compressor_store score", std::string(tr.name) + " " + shp({ratio, width}), sc);
+  const int64_t pos = 3 * ratio - 1;  // slot (lanes == 2 ? ratio : 0) + ratio - 1, ape row ratio - 1
+  for (int b = 0; b < 2; ++b)
+    (b ? GPU : CPU)->compressor_store(ape, pos, ratio, lanes, kvp[b], scp[b], width, kv[b], sc[b]);
+  const std::string what = std::string(tr.name) + " " + shp({ratio, width}) + " lanes " + std::to_string(lanes);
+  check_exact("compressor_store kv", what, kv);
+  check_exact("compressor_store score", what, sc);
 }
 
 void case_compressor_pool(int64_t ratio, int64_t lanes, int64_t dim, bool time_it) {
@@ -827,8 +829,8 @@ int main(int argc, char** argv) {
     case_top_k(8192, 512, true, false);
     case_top_k(10, 3, true, false);
     case_top_k(7, 7, false, false);
-    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) case_compressor_store(t, 4, 1024);
-    case_compressor_store(GgmlType::F32, 128, 512);
+    for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) case_compressor_store(t, 4, 1024, 2);
+    case_compressor_store(GgmlType::F32, 128, 512, 1);
     case_compressor_pool(4, 2, 512, true);
     case_compressor_pool(128, 1, 512, true);
     case_compressor_pool(4, 2, 128, false);

@@ -42,10 +42,10 @@ class CpuBackend final : public Backend {
   void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
                  float scale, float* out) override;
   void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
-                      const float* keys, int64_t n_keys, float* scores) override;
-  void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) override;
-  void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp, int64_t width,
-                        float* kv_slot, float* score_slot) override;
+                      const float* keys, RowCount n_keys, float* scores) override;
+  void top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) override;
+  void compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                        const float* scp, int64_t width, float* kv, float* score) override;
   void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                        float* out) override;
   void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,

@@ -63,7 +63,8 @@ void CpuBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, co
 }
 
 void CpuBackend::indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
-                                const float* keys, int64_t n_keys, float* scores) {
+                                const float* keys, RowCount keys_count, float* scores) {
+  const int64_t n_keys = keys_count.n;
   std::vector<float> wh(static_cast<size_t>(n_heads));
   for (int64_t h = 0; h < n_heads; ++h) wh[h] = w[h] * scale;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_heads * head_dim));
@@ -79,7 +80,8 @@ void CpuBackend::indexer_scores(const float* q, const float* w, float scale, int
   });
 }
 
-void CpuBackend::top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) {
+void CpuBackend::top_k(const float* scores, RowCount count, int64_t k, int32_t* idx) {
+  const int64_t n = count.n;
   if (k > n || k < 0) fail("top_k: k {} outside [0, {}]", k, n);
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -91,8 +93,12 @@ void CpuBackend::top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) 
   std::copy_n(order.begin(), k, idx);
 }
 
-void CpuBackend::compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
-                                  int64_t width, float* kv_slot, float* score_slot) {
+void CpuBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                                  const float* scp, int64_t width, float* kv, float* score) {
+  if (ratio <= 0 || pos < 0) fail("compressor_store: ratio {}, position {}", ratio, pos);
+  const int64_t ape_row = pos % ratio, slot = (lanes == 2 ? ratio : 0) + ape_row;
+  float* kv_slot = kv + slot * width;
+  float* score_slot = score + slot * width;
   std::memcpy(kv_slot, kvp, static_cast<size_t>(width) * sizeof(float));
   decode_row(ape, ape_row, score_slot);
   for (int64_t j = 0; j < width; ++j) score_slot[j] += scp[j];

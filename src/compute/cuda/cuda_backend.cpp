@@ -95,10 +95,12 @@ class CudaBackend final : public Backend {
   void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
                  float* out) override;
   void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
-                      const float* keys, int64_t n_keys, float* scores) override;
-  void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) override;
-  void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp, int64_t width,
-                        float* kv_slot, float* score_slot) override;
+                      const float* keys, RowCount n_keys, float* scores) override;
+  void top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) override;
+  void store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src) override;
+  void compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                        const float* scp, int64_t width, float* kv, float* score) override;
+  void compressor_emit(const CompressorEmit& e, int64_t pos) override;
   void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                        float* out) override;
   void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
@@ -107,7 +109,44 @@ class CudaBackend final : public Backend {
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;
 
+  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) override;
+  const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token) override;
+  const float* step_record_end(const float* logits) override;
+  void step_record_abort() noexcept override;
+  std::string step_stats() const;
+
  private:
+  // ---- decode-step graphs (backend.h) ----
+  // A recorded step: its executable graph, the arena its buffers came from, its logits.
+  struct StepGraph {
+    StepKey key;
+    cudaGraphExec_t exec = nullptr;
+    cuda::BlockCache::Arena arena;
+    const float* logits = nullptr;
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kMaxStepGraphs = 4;
+  // A position argument: a constant, or while recording, relative to the step's device position.
+  cuda::DevPos dpos(int64_t p) const { return rec_ ? cuda::DevPos{d_step_, p - rec_pos_} : cuda::DevPos{nullptr, p}; }
+  cuda::DevCount dcount(const RowCount& c) const {
+    if (rec_ && c.ratio <= 0) fail("CUDA: internal: a plain row count ({}) inside a recorded step", c.n);
+    return c.ratio > 0 ? cuda::DevCount{dpos(c.pos), c.ratio, c.n} : cuda::DevCount{{}, 0, c.n};
+  }
+  void launch_step(StepGraph& g, int64_t pos, int32_t token);
+  void drop_step_graph(StepGraph& g) noexcept;
+  bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
+  bool rec_ = false;                     // recording a step now
+  int64_t rec_pos_ = 0;
+  int32_t rec_token_ = 0;
+  StepGraph rec_graph_;
+  std::vector<std::unique_ptr<StepGraph>> graphs_by_key_;
+  std::vector<StepKey> seen_;            // keys run once without a graph (recorded the next time)
+  uint64_t use_clock_ = 0;
+  long replays_ = 0, recorded_ = 0;
+  int32_t* d_step_ = nullptr;            // device {pos, token} of the step being replayed
+  int32_t* h_step_ = nullptr;            // pinned staging of it
+  cudaEvent_t step_staged_ = nullptr;    // the staging copy has been read
+
   struct Region {
     size_t bytes;
     uint8_t* dev;
@@ -212,14 +251,24 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   prof_host_ = prof_ && std::strcmp(pe, "host") == 0;
   const char* hs = std::getenv("DS4_CUDA_HOSTSTAT");
   hoststat_ = hs && *hs && std::strcmp(hs, "0") != 0;
+  const char* gr = std::getenv("DS4_CUDA_GRAPHS");
+  graphs_ = !prof_ && !(gr && std::strcmp(gr, "0") == 0);
+  check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
+  check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
+  check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
 }
 
 CudaBackend::~CudaBackend() {
   if (hoststat_ && syncs_ > 0)
-    std::fprintf(stderr, "cuda host: %.3f s issuing work, %.3f s waiting for the GPU, over %ld synchronizations\n",
-                 issue_s_, wait_s_, syncs_);
+    std::fprintf(stderr, "cuda host: %.3f s issuing work, %.3f s waiting for the GPU, over %ld synchronizations; %s\n",
+                 issue_s_, wait_s_, syncs_, step_stats().c_str());
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
   if (stream_) cudaStreamSynchronize(stream_);
+  step_record_abort();
+  for (auto& g : graphs_by_key_) drop_step_graph(*g);
+  if (step_staged_) cudaEventDestroy(step_staged_);
+  if (d_step_) cudaFree(d_step_);
+  if (h_step_) cudaFreeHost(h_step_);
   cuda::block_cache().trim();
   if (prof_) {
     try {
@@ -242,6 +291,7 @@ CudaBackend::~CudaBackend() {
 }
 
 void CudaBackend::sync_and_check(const char* what) {
+  if (rec_) fail("CUDA {}: internal: a synchronizing call inside a recorded decode step", what);
   check(cudaMemcpyAsync(h_err_, d_err_, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream_), "error word copy");
   const auto t0 = std::chrono::steady_clock::now();
   cudaError_t e = cudaStreamSynchronize(stream_);
@@ -365,6 +415,7 @@ void CudaBackend::release(void* p) {
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  if (rec_) fail("CUDA upload: internal: host data inside a recorded decode step");
   if (bytes) check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
 
@@ -539,8 +590,8 @@ void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t hea
   if (freqs.empty() || rows <= 0) return;
   if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
     fail("CUDA rope_tail: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
-  cuda::rope_tail(x, rows, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), pos0, pos_step,
-                  inverse, stream_);
+  cuda::rope_tail(x, rows, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), dpos(pos0),
+                  pos_step, inverse, stream_);
 }
 
 void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
@@ -604,43 +655,173 @@ void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, c
   Prof prof(this, kv.idx ? "attention (indexed)" : "attention");
   if (kv.window <= 0 || kv.pos < 0) fail("CUDA attention: window {} / position {}", kv.window, kv.pos);
   if (kv.idx && kv.n_idx > 0 && kv.n_comp <= 0) fail("CUDA attention: {} indices into no compressed rows", kv.n_idx);
+  if (kv.ratio > 0 && kv.n_comp != (kv.pos + 1) / kv.ratio)
+    fail("CUDA attention: {} compressed rows at position {} with ratio {}", kv.n_comp, kv.pos, kv.ratio);
+  if (rec_ && kv.comp && !kv.idx && (kv.ratio <= 0 || kv.comp_capacity < kv.n_comp))
+    fail("CUDA attention: internal: compressed rows without ratio/capacity inside a recorded step");
   cuda::AttnRows r;
   r.ring = kv.ring;
   r.window = kv.window;
-  r.first_pos = std::max<int64_t>(0, kv.pos - kv.window + 1);
-  r.n_win = kv.pos - r.first_pos + 1;
+  r.pos = dpos(kv.pos);
   r.comp = kv.comp;
-  r.n_comp = kv.n_comp;
+  r.n_comp = kv.ratio > 0 ? cuda::DevCount{dpos(kv.pos), kv.ratio, kv.n_comp} : cuda::DevCount{{}, 0, kv.n_comp};
   r.idx = kv.idx;
-  r.n_sel = kv.idx ? kv.n_idx : kv.n_comp;
-  if (r.n_sel > 0 && !kv.comp) fail("CUDA attention: compressed rows requested without a comp buffer");
+  r.n_idx = kv.n_idx;
+  const int64_t n_win = kv.pos - std::max<int64_t>(0, kv.pos - kv.window + 1) + 1;
+  // Rows a replay at a later position may visit: the whole window, and up to the capacity.
+  const int64_t n_sel = kv.idx ? kv.n_idx : (rec_ ? kv.comp_capacity : kv.n_comp);
+  r.max_rows = (rec_ ? kv.window : n_win) + (kv.comp ? n_sel : 0);
+  if (n_sel > 0 && !kv.comp) fail("CUDA attention: compressed rows requested without a comp buffer");
   const float* s = weight_f(sinks, n_heads, "attention", "sinks");
   if (!s) fail("CUDA attention: sinks are required");
   cuda::attention(q, n_heads, head_dim, r, s, scale, out, d_err_, stream_);
 }
 
 void CudaBackend::indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
-                                 const float* keys, int64_t n_keys, float* scores) {
+                                 const float* keys, RowCount n_keys, float* scores) {
   Prof prof(this, "indexer_scores");
-  cuda::indexer_scores(q, w, scale, n_heads, head_dim, keys, n_keys, scores, stream_);
+  const int64_t max_keys = rec_ ? n_keys.capacity : n_keys.n;
+  if (max_keys < n_keys.n) fail("CUDA indexer_scores: {} keys above the capacity {}", n_keys.n, max_keys);
+  cuda::indexer_scores(q, w, scale, n_heads, head_dim, keys, dcount(n_keys), max_keys, scores, stream_);
 }
 
-void CudaBackend::top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) {
+void CudaBackend::top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) {
   Prof prof(this, "top_k");
-  if (k < 0 || k > n) fail("CUDA top_k: k = {} outside 0..{}", k, n);
-  cuda::top_k(scores, n, k, idx, stream_);
+  if (k < 0 || k > n.n) fail("CUDA top_k: k = {} outside 0..{}", k, n.n);
+  cuda::top_k(scores, dcount(n), rec_ ? n.capacity : n.n, k, idx, stream_);
 }
 
-void CudaBackend::compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp,
-                                   int64_t width, float* kv_slot, float* score_slot) {
+void CudaBackend::store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src) {
+  Prof prof(this, "store_row");
+  if (ring_rows <= 0 || pos < 0) fail("CUDA store_row: ring of {} rows, position {}", ring_rows, pos);
+  cuda::store_row(ring, ring_rows, n, dpos(pos), src, stream_);
+}
+
+void CudaBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                                   const float* scp, int64_t width, float* kv, float* score) {
   Prof prof(this, "compressor_store");
   if (ape.type != GgmlType::F32 && ape.type != GgmlType::F16 && ape.type != GgmlType::BF16)
     fail("CUDA compressor_store: ape type {} is not a float type", traits(ape.type).name);
-  if (ape_row < 0 || ape_row >= ape.n_out) fail("CUDA compressor_store: ape row {} outside 0..{}", ape_row, ape.n_out);
+  if (ratio <= 0 || pos < 0 || (lanes != 1 && lanes != 2))
+    fail("CUDA compressor_store: ratio {}, {} lanes, position {}", ratio, lanes, pos);
+  if (ape.n_out < ratio) fail("CUDA compressor_store: ape has {} rows for ratio {}", ape.n_out, ratio);
   if (width > ape.n_in) fail("CUDA compressor_store: width {} > ape row of {}", width, ape.n_in);
-  const size_t esz = ape.type == GgmlType::F32 ? 4 : 2;
-  const uint8_t* row = weight(ape.row(ape_row), static_cast<size_t>(width) * esz, "compressor_store", "ape");
-  cuda::compressor_store(ape.type, row, kvp, scp, width, kv_slot, score_slot, stream_);
+  cuda::DevMatrix a = dev_matrix(ape, "compressor_store", "ape");
+  cuda::compressor_store(ape.type, a.data, a.row_stride, dpos(pos), ratio, lanes, kvp, scp, width, kv, score, stream_);
+}
+
+void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
+  if (!rec_) return Backend::compressor_emit(e, pos);
+  // Recorded: the row is computed into scratch at every position and committed on the device
+  // only where a window ends, so one graph serves every position.
+  Prof prof(this, "compressor_emit");
+  if (e.ratio <= 0 || (e.lanes != 1 && e.lanes != 2)) fail("CUDA compressor_emit: ratio {}, {} lanes", e.ratio, e.lanes);
+  Buffer<float> y(*this, static_cast<size_t>(e.dim));
+  compressor_pool(e.kv, e.score, e.ratio, e.lanes, e.dim, y.data());
+  rms_norm(y.data(), e.norm, e.dim, 1, e.eps, y.data());
+  rope_tail(y.data(), 1, 1, e.dim, e.freqs, pos + 1 - e.ratio, 0, false);
+  if (e.round) act_round(y.data(), 1, e.dim, e.n_round, e.round_kind);
+  cuda::compressor_commit(dpos(pos), e.ratio, e.lanes, e.dim, y.data(), e.rows, e.kv, e.score, stream_);
+}
+
+// ---- decode-step graphs -----------------------------------------------------------------------
+
+std::string CudaBackend::step_stats() const {
+  return fmt::format("step graphs: {} recorded, {} replays{}", recorded_, replays_, graphs_ ? "" : " (off)");
+}
+
+void CudaBackend::launch_step(StepGraph& g, int64_t pos, int32_t token) {
+  if (pos < 0 || pos > 0x7fffffff) fail("CUDA step graph: position {} outside the device counter", pos);
+  check(cudaEventSynchronize(step_staged_), "step inputs staging");  // the last step's copy has read them
+  h_step_[0] = static_cast<int32_t>(pos);
+  h_step_[1] = token;
+  check(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "step inputs");
+  check(cudaEventRecord(step_staged_, stream_), "cudaEventRecord(step inputs)");
+  check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch(decode step)");
+  g.last_use = ++use_clock_;
+}
+
+void CudaBackend::drop_step_graph(StepGraph& g) noexcept {
+  if (g.exec) cudaGraphExecDestroy(g.exec);
+  g.exec = nullptr;
+  cuda::block_cache().free_arena(g.arena);
+}
+
+const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) {
+  *record = false;
+  if (!graphs_ || rec_) return nullptr;
+  for (auto& g : graphs_by_key_)
+    if (g->key == key) {
+      launch_step(*g, pos, token);
+      ++replays_;
+      return g->logits;
+    }
+  // Record a key's second step: its first runs op by op (and finishes any lazy set-up).
+  if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) {
+    *record = true;
+  } else {
+    if (seen_.size() >= 64) seen_.erase(seen_.begin());
+    seen_.push_back(key);
+  }
+  return nullptr;
+}
+
+const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, int32_t token) {
+  if (rec_) fail("CUDA step graph: a recording is already open");
+  if (pos < 0 || pos > 0x7fffffff) fail("CUDA step graph: position {} outside the device counter", pos);
+  rec_graph_ = StepGraph{};
+  rec_graph_.key = key;
+  cuda::block_cache().open_arena(&rec_graph_.arena, stream_);
+  cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    cuda::block_cache().close_arena();
+    cuda::block_cache().free_arena(rec_graph_.arena);
+    check(e, "cudaStreamBeginCapture(decode step)");
+  }
+  rec_ = true;
+  rec_pos_ = pos;
+  rec_token_ = token;
+  return d_step_ + 1;
+}
+
+const float* CudaBackend::step_record_end(const float* logits) {
+  if (!rec_) fail("CUDA step graph: no recording is open");
+  cudaGraph_t graph = nullptr;
+  rec_ = false;
+  cuda::block_cache().close_arena();
+  cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+  if (e == cudaSuccess) e = cudaGraphInstantiate(&rec_graph_.exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    cuda::block_cache().free_arena(rec_graph_.arena);
+    fail("CUDA step graph: recording the decode step failed: {}", cudaGetErrorString(e));
+  }
+  rec_graph_.logits = logits;
+  if (graphs_by_key_.size() >= kMaxStepGraphs) {
+    auto old = std::min_element(graphs_by_key_.begin(), graphs_by_key_.end(),
+                                [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+    check(cudaStreamSynchronize(stream_), "step graph eviction");  // its last replay is done
+    drop_step_graph(**old);
+    graphs_by_key_.erase(old);
+  }
+  graphs_by_key_.push_back(std::make_unique<StepGraph>(std::move(rec_graph_)));
+  rec_graph_ = StepGraph{};
+  ++recorded_;
+  StepGraph& g = *graphs_by_key_.back();
+  launch_step(g, rec_pos_, rec_token_);
+  return g.logits;
+}
+
+void CudaBackend::step_record_abort() noexcept {
+  if (!rec_) return;
+  rec_ = false;
+  cuda::block_cache().close_arena();
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+  cudaGetLastError();
+  cuda::block_cache().free_arena(rec_graph_.arena);
+  rec_graph_ = StepGraph{};
 }
 
 void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,

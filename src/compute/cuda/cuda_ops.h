@@ -25,6 +25,25 @@ enum ErrCode : int {
   kErrRouteExpert = 4,     // moe_route: tid2eid entry outside [0, n_expert)
 };
 
+// A position: the constant `off`, or, inside a recorded decode step, *at + off with `at` the
+// step's position in device memory (written before each replay).
+struct DevPos {
+  const int32_t* at = nullptr;
+  int64_t off = 0;
+#ifdef __CUDACC__
+  __device__ int64_t get() const { return at ? static_cast<int64_t>(*at) + off : off; }
+#endif
+};
+// A row count: (pos + 1) / ratio when ratio > 0, else n.
+struct DevCount {
+  DevPos pos;
+  int64_t ratio = 0;
+  int64_t n = 0;
+#ifdef __CUDACC__
+  __device__ int64_t get() const { return ratio > 0 ? (pos.get() + 1) / ratio : n; }
+#endif
+};
+
 // Throws ds4::Error("CUDA <what>: <text>") when e is not cudaSuccess.
 void check(cudaError_t e, const char* what);
 // After a launch: throws naming the kernel when the launch failed.
@@ -36,7 +55,9 @@ void add(float* y, const float* x, int64_t n, cudaStream_t s);
 void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s);
 // freqs: device, n_pairs doubles.
 void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs,
-               int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t s);
+               DevPos pos0, int64_t pos_step, bool inverse, cudaStream_t s);
+// ring[(pos % ring_rows) * n + i] = src[i].
+void store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src, cudaStream_t s);
 // kind 0: FP8 E4M3 (blocks of 64), 1: Hadamard + FP4 E2M1 (blocks of 32; n_round a power of two).
 void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s);
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
@@ -49,28 +70,40 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
             int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s);
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
              float* Xout, cudaStream_t s);
-// ape_row: device row of a float type (F32, F16, BF16), at least width elements.
-void compressor_store(GgmlType ape_type, const uint8_t* ape_row, const float* kvp, const float* scp, int64_t width,
-                      float* kv_slot, float* score_slot, cudaStream_t s);
+// ape: device rows (row_stride bytes apart) of a float type (F32, F16, BF16), at least width
+// elements each and at least `ratio` rows; slot (lanes == 2 ? ratio : 0) + pos % ratio.
+void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
+                      int64_t lanes, const float* kvp, const float* scp, int64_t width, float* kv, float* score,
+                      cudaStream_t s);
+// The end of a recorded compressor emission: when (pos + 1) % ratio == 0, row (pos+1)/ratio - 1
+// of `rows` = y (dim floats) and, with two lanes, the current window's slots move to the
+// previous lane; otherwise nothing.
+void compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, const float* y, float* rows, float* kv,
+                       float* score, cudaStream_t s);
 void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,
                      cudaStream_t s);
 
 // ---- attention, indexer, selection (cuda_ops_attention.cu) ----------------------------------
+// The rows one query visits: window positions max(0, pos-window+1) .. pos, then compressed
+// rows idx[0..n_idx) (idx non-null) or 0 .. n_comp-1. The kernels derive the counts from pos
+// on the device; max_rows bounds window + compressed rows at any position the launch serves.
 struct AttnRows {
   const float* ring = nullptr;
   int64_t window = 0;
-  int64_t first_pos = 0;  // oldest window position
-  int64_t n_win = 0;      // window rows visited
+  DevPos pos;
   const float* comp = nullptr;
-  int64_t n_comp = 0;
-  const int32_t* idx = nullptr;  // null: rows 0 .. n_sel-1 of comp
-  int64_t n_sel = 0;             // compressed rows visited
+  DevCount n_comp;
+  const int32_t* idx = nullptr;
+  int64_t n_idx = 0;
+  int64_t max_rows = 0;
 };
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
                float* out, int* err, cudaStream_t s);
+// n_keys: the keys scored (at most max_keys at any position the launch serves).
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
-                    int64_t n_keys, float* scores, cudaStream_t s);
-void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx, cudaStream_t s);
+                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s);
+// The k highest of scores[0..n) (equal: the lower index), ascending index order; k <= n <= max_n.
+void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s);
 // tid2eid (device, n_tid_rows rows of k ids) or null; bias (device, n_expert) or null.
 void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
                const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale,

@@ -2,7 +2,6 @@
 // indexer's scores, top-k selection (CUB radix sort) and the MoE router of the CUDA backend.
 // Built with nvcc's default FMA contraction: the attention and indexer kernels use explicit
 // intrinsics (their order is the CPU's, bit for bit); moe_route/top_k hold no a*b+c.
-#include <cub/device/device_radix_sort.cuh>
 
 #include <algorithm>
 #include <cmath>
@@ -51,15 +50,28 @@ __device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, in
 // Three kernels: scores (a warp per (head, row)), the softmax sums (a block per head), and the
 // weighted rows (a thread per (head, dim), rows in order).
 
-__device__ inline const float* attn_row(const AttnRows& kv, int64_t r, int64_t head_dim, int* err) {
-  if (r < kv.n_win) {
-    const int64_t pp = kv.first_pos + r;
+// The visited rows of one query, from its position (read on the device in a recorded step).
+struct AttnSpan {
+  int64_t first_pos, n_win, n_comp, total;
+};
+__device__ inline AttnSpan attn_span(const AttnRows& kv) {
+  const int64_t pos = kv.pos.get();
+  const int64_t first = pos - kv.window + 1 > 0 ? pos - kv.window + 1 : 0;
+  const int64_t n_comp = kv.n_comp.get();
+  const int64_t n_sel = kv.idx ? kv.n_idx : n_comp;
+  return {first, pos - first + 1, n_comp, pos - first + 1 + (kv.comp ? n_sel : 0)};
+}
+
+__device__ inline const float* attn_row(const AttnRows& kv, const AttnSpan& sp, int64_t r, int64_t head_dim,
+                                        int* err) {
+  if (r < sp.n_win) {
+    const int64_t pp = sp.first_pos + r;
     return kv.ring + (pp % kv.window) * head_dim;
   }
-  int64_t c = r - kv.n_win;
+  int64_t c = r - sp.n_win;
   if (kv.idx) {
     const int32_t v = kv.idx[c];
-    if (v < 0 || v >= kv.n_comp) {
+    if (v < 0 || v >= sp.n_comp) {
       if (atomicCAS(err, 0, kErrAttnIndex) == 0) err[1] = v;
       return nullptr;
     }
@@ -72,28 +84,31 @@ constexpr int kAttnHeads = 8;  // heads per block (one warp each) in the scores 
 constexpr int kAttnRows = 1;   // rows per block in the scores kernel (one latency each)
 
 // S[h][r] = dot(q_h, row r) * scale (NaN for a bad index: its row is skipped as the error).
-__global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, int64_t total,
-                              float scale, float* S, int* err) {
+// S has rows of kv.max_rows (the stride); only the first span.total of each are written.
+__global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, float scale, float* S,
+                              int* err) {
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
   if (h >= n_heads) return;  // whole warp
+  const AttnSpan sp = attn_span(kv);
   const float* qh = q + h * head_dim;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
-  for (int64_t r = r0; r < r0 + kAttnRows && r < total; ++r) {
-    const float* row = attn_row(kv, r, head_dim, err);
+  for (int64_t r = r0; r < r0 + kAttnRows && r < sp.total; ++r) {
+    const float* row = attn_row(kv, sp, r, head_dim, err);
     const float v = row ? __fmul_rn(warp_dot_cpu(qh, row, head_dim), scale) : __int_as_float(0x7fc00000);
-    if ((threadIdx.x & 31) == 0) S[h * total + r] = v;
+    if ((threadIdx.x & 31) == 0) S[h * kv.max_rows + r] = v;
   }
 }
 
 // One block per head: m, e_k (in place of S), and 1/den; the in-order sum reads e_k from
 // shared memory in chunks (a dependent chain: each step must be a shared-memory load).
 constexpr int kSoftChunk = 4096;
-__global__ void k_attn_softmax(float* S, int64_t total, const float* sinks, float* inv) {
+__global__ void k_attn_softmax(float* S, AttnRows kv, const float* sinks, float* inv) {
   __shared__ float red[32];
   __shared__ float m_sh;
   __shared__ float e_sh[kSoftChunk];
   const int64_t h = blockIdx.x;
-  float* s = S + h * total;
+  const int64_t total = attn_span(kv).total;
+  float* s = S + h * kv.max_rows;
   float m = sinks[h];
   for (int64_t r = threadIdx.x; r < total; r += blockDim.x) m = std_max(m, s[r]);
   for (int o = 16; o > 0; o >>= 1) m = std_max(m, __shfl_xor_sync(kFull, m, o));
@@ -130,8 +145,7 @@ __global__ void k_attn_softmax(float* S, int64_t total, const float* sinks, floa
 // time); each thread then loads 16 rows ahead of its dependent chain of adds.
 constexpr int kOutStage = 1024, kOutAhead = 32;
 __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, const float* inv, int64_t n_heads,
-                                                              int64_t head_dim, AttnRows kv, int64_t total, float* out,
-                                                              int* err) {
+                                                              int64_t head_dim, AttnRows kv, float* out, int* err) {
   __shared__ const float* rows_sh[kOutStage];
   __shared__ float e_sh[kAttnHeads][kOutStage];
   const int hl = threadIdx.x >> 5;
@@ -139,18 +153,20 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
   const int64_t d = static_cast<int64_t>(blockIdx.x) * 32 + (threadIdx.x & 31);
   const bool live = h < n_heads && d < head_dim;
   const int64_t dd = d < head_dim ? d : 0;
+  const AttnSpan sp = attn_span(kv);
+  const int64_t total = sp.total;
   float acc = 0.0f;
   for (int64_t r0 = 0; r0 < total; r0 += kOutStage) {
     const int n = static_cast<int>(total - r0 < kOutStage ? total - r0 : kOutStage);
     __syncthreads();  // the previous stage is consumed
-    for (int i = threadIdx.x; i < n; i += blockDim.x) rows_sh[i] = attn_row(kv, r0 + i, head_dim, err);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) rows_sh[i] = attn_row(kv, sp, r0 + i, head_dim, err);
     for (int i0 = threadIdx.x; i0 < kAttnHeads * n; i0 += 4 * blockDim.x) {
       float ev[4];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
         const int i = i0 + u * blockDim.x, k = i / n, j = i - k * n;
         const int64_t hh = static_cast<int64_t>(blockIdx.y) * kAttnHeads + k;
-        ev[u] = i < kAttnHeads * n && hh < n_heads ? E[hh * total + r0 + j] : 0.0f;
+        ev[u] = i < kAttnHeads * n && hh < n_heads ? E[hh * kv.max_rows + r0 + j] : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -185,7 +201,8 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
 // heads in order; q and w' in shared memory.
 
 __global__ void k_indexer(const float* q, const float* w, float scale, int n_heads, int64_t head_dim,
-                          const float* keys, int64_t n_keys, float* scores) {
+                          const float* keys, DevCount n_keys_at, float* scores) {
+  const int64_t n_keys = n_keys_at.get();
   extern __shared__ float sh[];  // [n_heads*head_dim] q, [n_heads] w*scale
   float* qs = sh;
   float* ws = sh + n_heads * head_dim;
@@ -206,14 +223,88 @@ __global__ void k_indexer(const float* q, const float* w, float scale, int n_hea
 
 // ---- top-k ------------------------------------------------------------------------------------
 
-// Keys for the descending sort: -0.0 becomes +0.0 (the CPU compares them equal, so the lower
-// index must win; the radix order would put +0 first).
-__global__ void k_topk_prep(const float* scores, int64_t n, float* keys, uint32_t* vals) {
-  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float v = scores[i];
-  keys[i] = v == 0.0f ? 0.0f : v;
-  vals[i] = static_cast<uint32_t>(i);
+// One block: a radix select of the k-th highest key (8 bits per pass, from the top), then the
+// selected indices written in ascending order: every key above the threshold, and the first
+// (in index order) of those equal to it. Keys: -0.0 becomes +0.0 (the CPU compares them
+// equal, so the lower index must win), then the float order as unsigned order.
+constexpr int kTopKThreads = 1024;
+__device__ inline uint32_t topk_key(float v) {
+  const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Exclusive prefix sum of v over the threads of a 1024-thread block (every thread calls it).
+__device__ inline int block_exclusive_scan(int v, int* warp_sums) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  __syncthreads();  // warp_sums free for reuse
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = warp_sums[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    warp_sums[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  return x - v + (warp > 0 ? warp_sums[warp - 1] : 0);
+}
+
+__global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, DevCount count, int k, int32_t* idx) {
+  __shared__ unsigned hist[256];
+  __shared__ int warp_sums[32];
+  __shared__ uint32_t prefix_sh, mask_sh;
+  __shared__ int need_sh;
+  const int64_t n = count.get();
+  const int t = threadIdx.x;
+  if (t == 0) prefix_sh = 0, mask_sh = 0, need_sh = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    if (t < 256) hist[t] = 0;
+    __syncthreads();
+    const uint32_t prefix = prefix_sh, mask = mask_sh;
+    const int need = need_sh;
+    for (int64_t i = t; i < n; i += kTopKThreads) {
+      const uint32_t u = topk_key(scores[i]);
+      if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    // Bins from the top: the one where the running count first reaches `need`.
+    const int b = 255 - t;
+    const int c = t < 256 ? static_cast<int>(hist[b]) : 0;
+    const int above = block_exclusive_scan(c, warp_sums);  // keys in bins above b
+    if (t < 256 && above < need && above + c >= need) {
+      prefix_sh = prefix | (static_cast<uint32_t>(b) << shift);
+      mask_sh = mask | (255u << shift);
+      need_sh = need - above;
+    }
+    __syncthreads();
+  }
+  const uint32_t thr = prefix_sh;
+  const int take_eq = need_sh;  // how many keys equal to the threshold are selected
+  // Thread t owns indices [c0, c1): counts, an exclusive scan over threads, then the writes.
+  const int64_t chunk = (n + kTopKThreads - 1) / kTopKThreads;
+  const int64_t c0 = t * chunk, c1 = c0 + chunk < n ? c0 + chunk : n;
+  int gt = 0, eq = 0;
+  for (int64_t i = c0; i < c1; ++i) {
+    const uint32_t u = topk_key(scores[i]);
+    gt += u > thr;
+    eq += u == thr;
+  }
+  const int gt_before = block_exclusive_scan(gt, warp_sums);
+  int eq_seen = block_exclusive_scan(eq, warp_sums);
+  int out = gt_before + (eq_seen < take_eq ? eq_seen : take_eq);
+  for (int64_t i = c0; i < c1; ++i) {
+    const uint32_t u = topk_key(scores[i]);
+    if (u > thr || (u == thr && eq_seen++ < take_eq)) idx[out++] = static_cast<int32_t>(i);
+  }
 }
 
 // ---- router -----------------------------------------------------------------------------------
@@ -307,8 +398,9 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
                float* out, int* err, cudaStream_t s) {
   if (n_heads <= 0 || head_dim <= 0) return;
   if (n_heads > 65535 * kAttnHeads) fail("CUDA attention: {} heads exceed the grid", n_heads);
-  const int64_t total = kv.n_win + kv.n_sel;
-  const size_t sb = (static_cast<size_t>(n_heads * total) * sizeof(float) + 255) / 256 * 256;
+  const int64_t rows = kv.max_rows;
+  if (rows <= 0) fail("CUDA attention: no rows to visit");
+  const size_t sb = (static_cast<size_t>(n_heads * rows) * sizeof(float) + 255) / 256 * 256;
   uint8_t* buf = nullptr;
   cudaError_t e = cudaSuccess;
   buf = static_cast<uint8_t*>(block_cache().get(sb + static_cast<size_t>(n_heads) * sizeof(float), s, &e));
@@ -316,15 +408,12 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
   float* S = reinterpret_cast<float*>(buf);
   float* inv = reinterpret_cast<float*>(buf + sb);
   const unsigned hb = static_cast<unsigned>((n_heads + kAttnHeads - 1) / kAttnHeads);
-  if (total > 0) {
-    k_attn_scores<<<dim3(blocks_for(total, kAttnRows), hb), 32 * kAttnHeads, 0, s>>>(q, n_heads, head_dim, kv, total,
-                                                                                     scale, S, err);
-    check_launch("attention scores");
-  }
-  k_attn_softmax<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(S, total, sinks, inv);
+  k_attn_scores<<<dim3(blocks_for(rows, kAttnRows), hb), 32 * kAttnHeads, 0, s>>>(q, n_heads, head_dim, kv, scale, S,
+                                                                                  err);
+  check_launch("attention scores");
+  k_attn_softmax<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(S, kv, sinks, inv);
   check_launch("attention softmax");
-  k_attn_out<<<dim3(blocks_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s>>>(S, inv, n_heads, head_dim, kv, total, out,
-                                                                            err);
+  k_attn_out<<<dim3(blocks_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s>>>(S, inv, n_heads, head_dim, kv, out, err);
   check_launch("attention output");
   block_cache().put(buf);
 }
@@ -339,7 +428,10 @@ constexpr size_t kIxShared =
     (kIxHeads * kIxDim + kIxHeads + kIxKeys * kIxStride + kIxKeys * (kIxHeads + 1)) * sizeof(float);
 
 __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
-                                                              const float* keys, int64_t n_keys, float* scores) {
+                                                              const float* keys, DevCount n_keys_at,
+                                                              float* scores) {
+  const int64_t n_keys = n_keys_at.get();
+  if (static_cast<int64_t>(blockIdx.x) * kIxKeys >= n_keys) return;  // whole block
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);   // [64][128]
   float* ws = qs + kIxHeads * kIxDim;          // [64] w*scale
@@ -380,8 +472,8 @@ __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, co
 }
 
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
-                    int64_t n_keys, float* scores, cudaStream_t s) {
-  if (n_keys <= 0) return;
+                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s) {
+  if (max_keys <= 0) return;
   if (n_heads == kIxHeads && head_dim == kIxDim) {
     static bool attr_set = false;  // one device per process (the backend's)
     if (!attr_set) {
@@ -390,14 +482,14 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
             "cudaFuncSetAttribute(indexer_scores 64x128)");
       attr_set = true;
     }
-    k_indexer_flash<<<blocks_for(n_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
+    k_indexer_flash<<<blocks_for(max_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
     check_launch("indexer_scores (64x128)");
     return;
   }
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(n_keys, nw), 4096));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(max_keys, nw), 4096));
   if (shm > 48 * 1024)
     check(cudaFuncSetAttribute(k_indexer, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
           "cudaFuncSetAttribute(indexer_scores)");
@@ -405,40 +497,11 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
   check_launch("indexer_scores");
 }
 
-void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx, cudaStream_t s) {
+void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s) {
   if (k <= 0) return;
-  if (n > 0x7fffffff) fail("CUDA top_k: {} scores exceed the sort's range", n);
-  const int ni = static_cast<int>(n), ki = static_cast<int>(k);
-  int bits = 1;
-  while (bits < 32 && (int64_t{1} << bits) < n) ++bits;
-  size_t t1 = 0, t2 = 0;
-  check(cub::DeviceRadixSort::SortPairsDescending(nullptr, t1, static_cast<const float*>(nullptr),
-                                                   static_cast<float*>(nullptr), static_cast<const uint32_t*>(nullptr),
-                                                   static_cast<uint32_t*>(nullptr), ni, 0, 32, s),
-        "cub SortPairsDescending (size)");
-  check(cub::DeviceRadixSort::SortKeys(nullptr, t2, static_cast<const uint32_t*>(nullptr),
-                                       static_cast<uint32_t*>(nullptr), ki, 0, bits, s),
-        "cub SortKeys (size)");
-  const size_t temp = std::max(t1, t2);
-  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
-  const size_t nf = align(static_cast<size_t>(n) * 4);
-  uint8_t* buf = nullptr;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&buf), 4 * nf + align(temp), s), "cudaMallocAsync(top_k)");
-  float* keys_in = reinterpret_cast<float*>(buf);
-  float* keys_out = reinterpret_cast<float*>(buf + nf);
-  uint32_t* vals_in = reinterpret_cast<uint32_t*>(buf + 2 * nf);
-  uint32_t* vals_out = reinterpret_cast<uint32_t*>(buf + 3 * nf);
-  void* tmp = buf + 4 * nf;
-  k_topk_prep<<<blocks_for(n, 256), 256, 0, s>>>(scores, n, keys_in, vals_in);
-  check_launch("top_k_prep");
-  // Radix sort is stable: equal keys keep ascending index order, so the lower index wins.
-  size_t tb = temp;
-  check(cub::DeviceRadixSort::SortPairsDescending(tmp, tb, keys_in, keys_out, vals_in, vals_out, ni, 0, 32, s),
-        "cub SortPairsDescending");
-  tb = temp;
-  check(cub::DeviceRadixSort::SortKeys(tmp, tb, vals_out, reinterpret_cast<uint32_t*>(idx), ki, 0, bits, s),
-        "cub SortKeys");
-  check(cudaFreeAsync(buf, s), "cudaFreeAsync(top_k)");
+  if (max_n > 0x7fffffff || k > max_n) fail("CUDA top_k: k = {} of at most {} scores", k, max_n);
+  k_top_k<<<1, kTopKThreads, 0, s>>>(scores, n, static_cast<int>(k), idx);
+  check_launch("top_k");
 }
 
 void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,

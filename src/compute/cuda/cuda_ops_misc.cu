@@ -80,10 +80,10 @@ __global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps,
 // ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
 
 __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int n_pairs,
-                            int64_t pos0, int64_t pos_step, bool inverse) {
+                            DevPos pos0, int64_t pos_step, bool inverse) {
   extern __shared__ float cs[];  // [n_pairs] cos, then [n_pairs] sin
   const int64_t r = blockIdx.x;
-  const double pos = static_cast<double>(pos0 + r * pos_step);
+  const double pos = static_cast<double>(pos0.get() + r * pos_step);
   for (int k = threadIdx.x; k < n_pairs; k += blockDim.x) {
     const double th = pos * freqs[k];
     cs[k] = static_cast<float>(cos(th));
@@ -422,12 +422,36 @@ __global__ void k_hc_post(const float* y, const float* X, const float* post, con
 
 // ---- compressor -----------------------------------------------------------------------------
 
-__global__ void k_compressor_store(int ape_type, const uint8_t* ape_row, const float* kvp, const float* scp,
-                                   int64_t width, float* kv_slot, float* score_slot) {
+__global__ void k_compressor_store(int ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
+                                   int64_t lanes, const float* kvp, const float* scp, int64_t width, float* kv,
+                                   float* score) {
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= width) return;
-  kv_slot[j] = kvp[j];
-  score_slot[j] = float_row_elem(ape_type, ape_row, j) + scp[j];
+  const int64_t row = pos.get() % ratio, slot = (lanes == 2 ? ratio : 0) + row;
+  kv[slot * width + j] = kvp[j];
+  score[slot * width + j] = float_row_elem(ape_type, ape + row * ape_stride, j) + scp[j];
+}
+
+__global__ void k_compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, const float* y,
+                                    float* rows, float* kv, float* score) {
+  const int64_t p = pos.get();
+  if ((p + 1) % ratio != 0) return;
+  const int64_t half = lanes == 2 ? ratio * lanes * dim : 0;
+  float* row = rows + ((p + 1) / ratio - 1) * dim;
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < dim + half; j += (int64_t)gridDim.x * blockDim.x) {
+    if (j < dim) {
+      row[j] = y[j];
+    } else {
+      const int64_t i = j - dim;
+      kv[i] = kv[half + i];
+      score[i] = score[half + i];
+    }
+  }
+}
+
+__global__ void k_store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) ring[(pos.get() % ring_rows) * n + i] = src[i];
 }
 
 // One thread per output column, slots in order (the CPU's order for the max, den and num).
@@ -476,7 +500,7 @@ void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps
 }
 
 void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs,
-               int64_t pos0, int64_t pos_step, bool inverse, cudaStream_t s) {
+               DevPos pos0, int64_t pos_step, bool inverse, cudaStream_t s) {
   if (rows <= 0 || n_pairs <= 0 || n_heads <= 0) return;
   const size_t sh = static_cast<size_t>(2 * n_pairs) * sizeof(float);
   k_rope_tail<<<grid_for(rows, 1), 256, sh, s>>>(x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0,
@@ -524,12 +548,26 @@ void hc_post(const float* y, const float* X, const float* post, const float* com
   check_launch("hc_post");
 }
 
-void compressor_store(GgmlType ape_type, const uint8_t* ape_row, const float* kvp, const float* scp, int64_t width,
-                      float* kv_slot, float* score_slot, cudaStream_t s) {
+void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
+                      int64_t lanes, const float* kvp, const float* scp, int64_t width, float* kv, float* score,
+                      cudaStream_t s) {
   if (width <= 0) return;
-  k_compressor_store<<<grid_for(width, 256), 256, 0, s>>>(static_cast<int>(ape_type), ape_row, kvp, scp, width,
-                                                          kv_slot, score_slot);
+  k_compressor_store<<<grid_for(width, 256), 256, 0, s>>>(static_cast<int>(ape_type), ape, ape_stride, pos, ratio,
+                                                          lanes, kvp, scp, width, kv, score);
   check_launch("compressor_store");
+}
+
+void compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, const float* y, float* rows, float* kv,
+                       float* score, cudaStream_t s) {
+  const int64_t n = dim + (lanes == 2 ? ratio * lanes * dim : 0);
+  k_compressor_commit<<<grid_for(n, 256), 256, 0, s>>>(pos, ratio, lanes, dim, y, rows, kv, score);
+  check_launch("compressor_commit");
+}
+
+void store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src, cudaStream_t s) {
+  if (n <= 0) return;
+  k_store_row<<<grid_for(n, 256), 256, 0, s>>>(ring, ring_rows, n, pos, src);
+  check_launch("store_row");
 }
 
 void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,

@@ -4,6 +4,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <type_traits>
+
 #include <climits>
 #include <mutex>
 #include <unordered_set>
@@ -12,6 +15,7 @@
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
+#include "compute/cuda/gemv_warp.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
 #include "quant/quant.h"
@@ -419,6 +423,39 @@ bool gemv_supports(GgmlType type) {
   }
 }
 
+namespace gemv_detail {
+namespace {
+
+// One activation row (decode): a warp per output row (gemv_warp.cuh); rows of group g read
+// activation elements [g*n_in, (g+1)*n_in). tsm: 8 warps x nb floats of dynamic shared memory.
+template <class W>
+__global__ void __launch_bounds__(256) k_wmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                 ActQ aq, int64_t group_rows, float* y, const uint2* grid) {
+  extern __shared__ float wtsm[];
+  const int warp = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  if (o >= n_out) return;  // whole warp
+  const int nb = static_cast<int>(n_in / W::kBE);
+  const int64_t first = group_rows > 0 ? o / group_rows * n_in : 0;
+  float v = warp_qdot<W>(w + o * row_stride, warp_act<W>(aq, 0, first), nb, wtsm + warp * nb, grid);
+  if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
+  if ((threadIdx.x & 31) == 0) y[o] = v;
+}
+
+template <class W>
+void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_rows, cudaStream_t s) {
+  const int64_t nb = w.n_in / W::kBE;
+  const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
+  allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
+  const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
+  k_wmatmul<W><<<static_cast<unsigned>((w.n_out + 7) / 8), 256, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq,
+                                                                          group_rows, y, grid);
+  check_launch("matmul (warp rows)");
+}
+
+}  // namespace
+}  // namespace gemv_detail
+
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
             bool float_acts, cudaStream_t stream) {
   matmul_grouped(w, 1, x, rows, y, x_stride, y_stride, float_acts, stream);
@@ -465,6 +502,17 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
       fail("CUDA matmul: activation row of {} is not a whole number of {} blocks", x_len, traits(at).name);
     Scratch buf(act_bytes(at, rows, x_len), stream);
     const ActQ aq = quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
+    static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;  // A/B
+    if (rows == 1 && !staged_only) {
+      const int64_t nb = w.n_in / F::kBE;
+      if constexpr (std::is_same_v<F, FmtQ8_0>)
+        if (warp_passes<WarpQ8_0>(static_cast<int>(nb)) != 0) return launch_wmatmul<WarpQ8_0>(w, aq, y, group_rows, stream);
+      if constexpr (std::is_same_v<F, FmtQ2_K>)
+        if (warp_passes<WarpQ2_K>(static_cast<int>(nb)) != 0) return launch_wmatmul<WarpQ2_K>(w, aq, y, group_rows, stream);
+      if constexpr (std::is_same_v<F, FmtIQ2_XXS>)
+        if (warp_passes<WarpIQ2_XXS>(static_cast<int>(nb)) != 0)
+          return launch_wmatmul<WarpIQ2_XXS>(w, aq, y, group_rows, stream);
+    }
     launch_xmatmul<F>(w, aq, x, x_stride, rows, y, y_stride, group_rows, stream);
   };
   switch (w.type) {

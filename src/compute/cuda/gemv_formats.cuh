@@ -513,6 +513,21 @@ static inline void upload_iq2_grid() {
   done[dev] = true;
 }
 
+// The table's device address in this translation unit (uploaded first), per device.
+static inline const uint2* iq2_grid_address() {
+  upload_iq2_grid();
+  static const uint2* grids[64] = {};
+  int dev = 0;
+  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) fail("CUDA gemv: cudaGetDevice: {}", cudaGetErrorString(e));
+  if (!grids[dev]) {
+    void* a = nullptr;
+    if (cudaError_t e = cudaGetSymbolAddress(&a, c_iq2xxs_grid); e != cudaSuccess)
+      fail("CUDA gemv: address of the IQ2_XXS grid: {}", cudaGetErrorString(e));
+    grids[dev] = static_cast<const uint2*>(a);
+  }
+  return grids[dev];
+}
+
 template <class F>
 __device__ __forceinline__ const uint2* setup_grid(uint8_t* smem) {
   if constexpr (std::is_same_v<F, FmtIQ2_XXS>) {

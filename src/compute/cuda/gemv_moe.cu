@@ -9,10 +9,12 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_internal.h"
+#include "compute/cuda/gemv_warp.cuh"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -324,6 +326,128 @@ void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_
   }
 }
 
+// ---- warp-per-row routed experts (gemv_warp.cuh): the 2-bit formats ---------------------------
+
+constexpr int kWarpRowsPerBlock = 8;
+
+// blockIdx.y = pair p0 + y; warp = one row of gate and up.
+template <class W>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in,
+                                                                        int64_t n_ff, int64_t n_expert, ActQ aq,
+                                                                        const int32_t* experts, const float* weights,
+                                                                        int64_t k, int64_t p0, float limit, float* h,
+                                                                        const uint2* grid) {
+  __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
+  const int64_t p = p0 + blockIdx.y;
+  if (o >= n_ff) return;  // whole warp
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {  // the kernel cannot throw; NaN cannot pass for a result
+    if (lane == 0) h[p * n_ff + o] = __int_as_float(0x7fc00000);
+    return;
+  }
+  const int nb = static_cast<int>(n_in / 256);
+  const WarpAct xa = warp_act<W>(aq, p / k, 0);
+  float gv = warp_qdot<W>(gate.data + e * gate.expert_stride + o * gate.row_stride, xa, nb, tsm[warp], grid);
+  float uv = warp_qdot<W>(up.data + e * up.expert_stride + o * up.row_stride, xa, nb, tsm[warp], grid);
+  if (lane != 0) return;
+  if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
+  if (limit > 0.0f) {
+    gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
+    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
+  }
+  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
+  h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+}
+
+// blockIdx.y = token t0 + y; warp = one output row: y[t][o] = 0 + out_0 + out_1 + ... over the
+// token's slots in order (the CPU's sum), out_i = down_e . h[t*k+i]; two slots per pass.
+template <class W>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd,
+                                                                     int64_t n_expert, ActQ hq, const int32_t* experts,
+                                                                     int64_t k, int64_t t0, float* y,
+                                                                     const uint2* grid) {
+  __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
+  const int64_t t = t0 + blockIdx.y;
+  if (o >= n_embd) return;  // whole warp
+  for (int64_t i = 0; i < k; ++i) {
+    const int32_t e = experts[t * k + i];
+    if (e < 0 || e >= n_expert) {  // uniform over the warp
+      if (lane == 0) y[t * n_embd + o] = __int_as_float(0x7fc00000);
+      return;
+    }
+  }
+  const int nb = static_cast<int>(n_ff / 256);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t p = t * k + i;
+    float v = warp_qdot<W>(down.data + experts[p] * down.expert_stride + o * down.row_stride, warp_act<W>(hq, p, 0), nb,
+                           tsm[warp], grid);
+    if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
+    acc = __fadd_rn(acc, v);
+  }
+  if (lane == 0) y[t * n_embd + o] = acc;
+}
+
+template <class Fn>
+bool with_warp_format(GgmlType type, Fn&& fn) {
+  switch (type) {
+    case GgmlType::IQ2_XXS: fn(WarpIQ2_XXS{}); return true;
+    case GgmlType::Q2_K: fn(WarpQ2_K{}); return true;
+    default: return false;
+  }
+}
+
+bool warp_moe_applies(const DevExperts& gate, const DevExperts& down) {
+  auto ok = [](GgmlType t) { return t == GgmlType::IQ2_XXS || t == GgmlType::Q2_K; };
+  const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out;
+  auto fits = [](GgmlType t, int64_t n) {
+    if (n % 256 != 0 || n / 256 > kWarpMaxBlocks) return false;
+    const int nb = static_cast<int>(n / 256);
+    return t == GgmlType::IQ2_XXS ? warp_passes<WarpIQ2_XXS>(nb) != 0 : warp_passes<WarpQ2_K>(nb) != 0;
+  };
+  return ok(gate.first.type) && ok(down.first.type) && fits(gate.first.type, n_embd) && fits(down.first.type, n_ff);
+}
+
+// Both projections on the warp kernels; h: pairs x n_ff scratch.
+void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
+              const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* h, float* y,
+              cudaStream_t stream) {
+  const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out, pairs = rows * k;
+  const uint2* grid = iq2_grid_address();
+  constexpr int64_t kMaxY = 65535;
+  {
+    Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
+    const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    with_warp_format(gate.first.type, [&](auto w) {
+      using W = decltype(w);
+      const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+      for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+        const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+        k_wmoe_gate_up<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(gate), expert_args(up), n_embd, n_ff,
+                                                                     gate.n_expert, aq, experts, weights, k, p0, limit,
+                                                                     h, grid);
+        check_launch("moe_experts gate/up (warp rows)");
+      }
+    });
+  }
+  Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
+  const ActQ haq = quantize_acts(GgmlType::Q8_K, h, pairs, n_ff, n_ff, hq.get(), stream);
+  with_warp_format(down.first.type, [&](auto w) {
+    using W = decltype(w);
+    const unsigned gx = static_cast<unsigned>((n_embd + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
+      const dim3 g(gx, static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
+      k_wmoe_down<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(down), n_ff, n_embd, down.n_expert, haq,
+                                                                experts, k, t0, y, grid);
+      check_launch("moe_experts down (warp rows)");
+    }
+  });
+}
+
 // Calls fn(F{}) for the format of `type`.
 template <class Fn>
 void with_format(GgmlType type, Fn&& fn) {
@@ -387,6 +511,12 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
       using F = decltype(fmt);
       launch_down<F, !F::kFloat>(down, ActQ{}, ActF{h, n_ff}, experts, rows, k, y, stream);
     });
+    return;
+  }
+
+  static const bool staged_only = std::getenv("DS4_CUDA_STAGED_MOE") != nullptr;  // A/B against the staged kernels
+  if (warp_moe_applies(gate, down) && !staged_only) {
+    warp_moe(gate, up, down, x, experts, weights, rows, k, limit, h, y, stream);
     return;
   }
 

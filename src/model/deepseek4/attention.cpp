@@ -12,41 +12,42 @@ namespace ds4::model::deepseek4 {
 
 void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp,
                               int64_t pos, bool is_indexer) {
-  const int64_t R = cs.ratio, D = cs.dim, W = cs.width();
-  const int64_t slot = (cs.lanes == 2 ? R : 0) + pos % R;
-  be_.compressor_store(cw.ape, pos % R, kvp, scp, W, cs.kv.data() + slot * W, cs.score.data() + slot * W);
-  if ((pos + 1) % R != 0) return;
-
-  // Window [pos+1-R, pos] is complete: pool it into the next row.
-  if (cs.n_rows >= cs.capacity)
+  const int64_t R = cs.ratio, D = cs.dim;
+  be_.compressor_store(cw.ape, pos, R, cs.lanes, kvp, scp, cs.width(), cs.kv.data(), cs.score.data());
+  // The emission is issued for every token and happens on the backend when the window
+  // [pos+1-R, pos] is complete, so a recorded decode step replays it at the right positions.
+  const bool emits = (pos + 1) % R == 0;
+  if (emits && cs.n_rows >= cs.capacity)
     fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs.capacity, pos);
-  float* y = cs.rows.data() + cs.n_rows * D;
-  be_.compressor_pool(cs.kv.data(), cs.score.data(), R, cs.lanes, D, y);
-  be_.rms_norm(y, cw.norm, D, 1, hp_.rms_eps, y);
-  be_.rope_tail(y, 1, 1, D, m_.freqs_compressed_, pos + 1 - R, 0, false);  // window start (trap 8)
-  if (m_.opt_.act_quant_sim) {
-    if (is_indexer) be_.act_round(y, 1, D, D, compute::ActRound::HadamardFp4);
-    else be_.act_round(y, 1, D, D - hp_.n_rot, compute::ActRound::Fp8);
-  }
-  ++cs.n_rows;
-  if (cs.lanes == 2) {
-    // The current window becomes the previous one for the next emission.
-    be_.copy(cs.kv.data(), cs.kv.data() + R * W, static_cast<size_t>(R * W) * sizeof(float));
-    be_.copy(cs.score.data(), cs.score.data() + R * W, static_cast<size_t>(R * W) * sizeof(float));
-  }
+  compute::CompressorEmit e;
+  e.kv = cs.kv.data(), e.score = cs.score.data(), e.ratio = R, e.lanes = cs.lanes, e.dim = D;
+  e.rows = cs.rows.data(), e.norm = cw.norm, e.eps = hp_.rms_eps, e.freqs = m_.freqs_compressed_;
+  e.round = m_.opt_.act_quant_sim;
+  e.round_kind = is_indexer ? compute::ActRound::HadamardFp4 : compute::ActRound::Fp8;
+  e.n_round = is_indexer ? D : D - hp_.n_rot;
+  be_.compressor_emit(e, pos);
+  note_position(cs, pos);
+}
+
+void Forward::note_position(CompressorState& cs, int64_t pos) {
+  if ((pos + 1) % cs.ratio == 0) ++cs.n_rows;
 }
 
 compute::Buffer<int32_t> Forward::indexer_select(int64_t il, const float* q_idx, const float* w_idx, int64_t pos,
                                                  int64_t k) {
   const LayerState& S = st_.layers[static_cast<size_t>(il)];
   const int64_t nh = hp_.indexer_n_head, D = hp_.indexer_head_dim;
-  const int64_t n_rows = S.index.n_rows;
   FBuf q = buf(nh * D);
   be_.copy(q.data(), q_idx, static_cast<size_t>(nh * D) * sizeof(float));
   be_.rope_tail(q.data(), 1, nh, D, m_.freqs_compressed_, pos, 0, false);
   if (m_.opt_.act_quant_sim) be_.act_round(q.data(), nh, D, D, compute::ActRound::HadamardFp4);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D * nh)));
-  FBuf score = buf(n_rows);
+  // Sized for the capacity, not today's count: a recorded step keeps its buffers.
+  const compute::RowCount n_rows = compute::RowCount::at(pos, S.index.ratio, S.index.capacity);
+  if (n_rows.n != S.index.n_rows)
+    fail("deepseek4: internal: layer {} holds {} indexer rows at position {}, expected {}", il, S.index.n_rows, pos,
+         n_rows.n);
+  FBuf score = buf(S.index.capacity);
   be_.indexer_scores(q.data(), w_idx, scale, nh, D, S.index.rows.data(), n_rows, score.data());
   compute::Buffer<int32_t> idx(be_, static_cast<size_t>(k));
   be_.top_k(score.data(), n_rows, k, idx.data());
@@ -98,7 +99,7 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   for (int64_t t = 0; t < n_; ++t) {
     const int64_t p = p0_ + t;
-    be_.copy(S.raw.data() + (p % win) * hd, kv.data() + t * hd, static_cast<size_t>(hd) * sizeof(float));
+    be_.store_row(S.raw.data(), win, hd, p, kv.data() + t * hd);
     if (L.has_compressor)
       compressor_step(L.comp, S.attn, ckv.data() + t * S.attn.width(), csc.data() + t * S.attn.width(), p, false);
     if (L.has_indexer)
@@ -110,6 +111,10 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
     if (L.has_compressor) {
       kvs.comp = S.attn.rows.data();
       kvs.n_comp = S.attn.n_rows;  // == (p+1)/R: rows are emitted at window ends
+      kvs.ratio = R;
+      kvs.comp_capacity = S.attn.capacity;
+      if (kvs.n_comp != (p + 1) / R)
+        fail("deepseek4: internal: layer {} holds {} compressed rows at position {}", il, kvs.n_comp, p);
       if (L.has_indexer && kvs.n_comp > hp_.indexer_top_k) {
         if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
         sel = indexer_select(il, iq.data() + t * hp_.indexer_n_head * hp_.indexer_head_dim,

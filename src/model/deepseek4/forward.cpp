@@ -31,7 +31,7 @@ void Forward::hc_post(const HcMix& mix, const FBuf& y, const FBuf& X, FBuf& Xout
   be_.hc_post(y.data(), X.data(), mix.post.data(), mix.comb.data(), n_, hp_.n_hc, hp_.n_embd, Xout.data());
 }
 
-void Forward::head(const FBuf& X, int64_t first_row, float* logits) {
+FBuf Forward::head_logits(const FBuf& X, int64_t first_row) {
   const int64_t d = hp_.n_embd;
   const int hc = hp_.n_hc;
   const int64_t rows = n_ - first_row;
@@ -41,17 +41,12 @@ void Forward::head(const FBuf& X, int64_t first_row, float* logits) {
   FBuf h = buf(rows * d);
   be_.hc_pre(Xr, mix.data(), rows, hc_params(w_.output_hc_scale, w_.output_hc_base), h.data(), nullptr, nullptr);
   be_.rms_norm(h.data(), w_.output_norm, d, rows, hp_.rms_eps, h.data());
-  FBuf out = project(w_.output, h, rows);
-  be_.download(logits, out.data(), static_cast<size_t>(rows * hp_.n_vocab) * sizeof(float));
+  return project(w_.output, h, rows);
 }
 
-void Forward::run(float* logits_all, bool need_last_logits) {
-  if (p0_ + n_ > st_.n_ctx)
-    fail("deepseek4: {} tokens at position {} do not fit the state's {} positions", n_, p0_, st_.n_ctx);
-  tokens_dev_ = compute::Buffer<int32_t>(be_, static_cast<size_t>(n_));
-  tokens_dev_.from_host(tokens_);
+FBuf Forward::layers() {
   FBuf X = buf(n_ * hp_.n_hc * hp_.n_embd), Xn = buf(n_ * hp_.n_hc * hp_.n_embd);
-  be_.embed(w_.token_embd, tokens_dev_.data(), n_, hp_.n_hc, X.data());
+  be_.embed(w_.token_embd, tok_dev_, n_, hp_.n_hc, X.data());
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     attention_layer(il, X, Xn);
     std::swap(X, Xn);
@@ -60,15 +55,80 @@ void Forward::run(float* logits_all, bool need_last_logits) {
     std::swap(X, Xn);
     if (hook_) hook_->after_sublayer(be_, il, Sublayer::Ffn, X.data(), n_, p0_);
   }
-  const int64_t V = hp_.n_vocab;
-  if (logits_all) {
-    head(X, 0, logits_all);
-    st_.logits.assign(logits_all + (n_ - 1) * V, logits_all + n_ * V);
-  } else if (need_last_logits) {
-    st_.logits.resize(static_cast<size_t>(V));
-    head(X, n_ - 1, st_.logits.data());
+  return X;
+}
+
+compute::StepKey Forward::step_key() const {
+  // What changes one token's op sequence besides the state: which layers consult the indexer
+  // (attention.cpp: once a query sees more compressed rows than top-k).
+  uint64_t v = 1469598103934665603ull;  // FNV-1a over the per-layer flags
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const bool idx = w_.layers[static_cast<size_t>(il)].has_indexer && (p0_ + 1) / hp_.ratio(il) > hp_.indexer_top_k;
+    v = (v ^ (idx ? 1u : 0u)) * 1099511628211ull;
+  }
+  return {st_.serial, v};
+}
+
+void Forward::note_replayed_step() {
+  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+    const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+    LayerState& S = st_.layers[static_cast<size_t>(il)];
+    for (auto [has, cs] : {std::pair{L.has_compressor, &S.attn}, std::pair{L.has_indexer, &S.index}}) {
+      if (!has) continue;
+      if ((p0_ + 1) % cs->ratio == 0 && cs->n_rows >= cs->capacity)
+        fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs->capacity, p0_);
+      note_position(*cs, p0_);
+    }
+  }
+}
+
+bool Forward::run_step_graph() {
+  // One token whose logits are wanted, with nothing host-side inside the step (a steering hook
+  // or streamed experts run host code per layer).
+  if (n_ != 1 || hook_ || m_.options().experts) return false;
+  const compute::StepKey key = step_key();
+  bool record = false;
+  const float* logits = be_.step_replay(key, p0_, tokens_[0], &record);
+  if (logits) {
+    note_replayed_step();
+  } else if (record) {
+    tok_dev_ = be_.step_record_begin(key, p0_, tokens_[0]);
+    try {
+      FBuf X = layers();
+      FBuf out = head_logits(X, 0);
+      logits = be_.step_record_end(out.data());
+    } catch (...) {
+      be_.step_record_abort();
+      throw;
+    }
   } else {
-    be_.synchronize();  // a failed op surfaces here, before the state claims the tokens
+    return false;
+  }
+  st_.logits.resize(static_cast<size_t>(hp_.n_vocab));
+  be_.download(st_.logits.data(), logits, static_cast<size_t>(hp_.n_vocab) * sizeof(float));
+  return true;
+}
+
+void Forward::run(float* logits_all, bool need_last_logits) {
+  if (p0_ + n_ > st_.n_ctx)
+    fail("deepseek4: {} tokens at position {} do not fit the state's {} positions", n_, p0_, st_.n_ctx);
+  if (!(need_last_logits && !logits_all && run_step_graph())) {
+    tokens_dev_ = compute::Buffer<int32_t>(be_, static_cast<size_t>(n_));
+    tokens_dev_.from_host(tokens_);
+    tok_dev_ = tokens_dev_.data();
+    FBuf X = layers();
+    const int64_t V = hp_.n_vocab;
+    if (logits_all) {
+      FBuf out = head_logits(X, 0);
+      be_.download(logits_all, out.data(), static_cast<size_t>(n_ * V) * sizeof(float));
+      st_.logits.assign(logits_all + (n_ - 1) * V, logits_all + n_ * V);
+    } else if (need_last_logits) {
+      st_.logits.resize(static_cast<size_t>(V));
+      FBuf out = head_logits(X, n_ - 1);
+      be_.download(st_.logits.data(), out.data(), static_cast<size_t>(V) * sizeof(float));
+    } else {
+      be_.synchronize();  // a failed op surfaces here, before the state claims the tokens
+    }
   }
   st_.n_pos += n_;
   st_.tokens.insert(st_.tokens.end(), tokens_.begin(), tokens_.end());

@@ -36,12 +36,23 @@ class Forward {
   HcMix hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X);
   compute::HcParams hc_params(const float* scale, const float* base) const;
   void hc_post(const HcMix& mix, const FBuf& y, const FBuf& X, FBuf& Xout);
-  void head(const FBuf& X, int64_t first_row, float* logits);
+  // Logits of rows first_row.. of the batch (backend memory).
+  FBuf head_logits(const FBuf& X, int64_t first_row);
+  // Embedding and every layer: the final residual streams.
+  FBuf layers();
+  // Decode-step graphs (backend.h): replays or records this step when the backend can; false
+  // when the step must run op by op.
+  bool run_step_graph();
+  compute::StepKey step_key() const;
+  // The host bookkeeping a replayed step skipped (compressed-row counts).
+  void note_replayed_step();
 
   // attention.cpp
   void attention_layer(int64_t il, const FBuf& X, FBuf& Xout);
   void compressor_step(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp, int64_t pos,
                        bool is_indexer);
+  // Host bookkeeping of one token's compressor step (the emitted-row count).
+  static void note_position(CompressorState& cs, int64_t pos);
   // The indexer's top-k compressed rows for the query at `pos` (backend memory, k entries).
   compute::Buffer<int32_t> indexer_select(int64_t il, const float* q_idx, const float* w_idx, int64_t pos, int64_t k);
 
@@ -55,6 +66,7 @@ class Forward {
   State& st_;
   std::span<const int32_t> tokens_;
   compute::Buffer<int32_t> tokens_dev_;
+  const int32_t* tok_dev_ = nullptr;  // the batch's token ids in backend memory
   int64_t n_;
   int64_t p0_;
   LayerHook* hook_;

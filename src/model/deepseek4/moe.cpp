@@ -78,7 +78,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   FBuf weights = buf(n_ * K);
   compute::RouteParams rp{hp_.n_expert, K, L.router_bias, L.tid2eid, hp_.expert_weights_norm,
                           hp_.expert_weights_scale};
-  be_.moe_route(logits.data(), tokens_dev_.data(), n_, rp, experts.data(), weights.data());
+  be_.moe_route(logits.data(), tok_dev_, n_, rp, experts.data(), weights.data());
 
   FBuf y = buf(n_ * d);
   if (stream::ExpertProvider* xp = m_.options().experts) {
@@ -90,7 +90,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
       compute::Buffer<int32_t> g(be_, static_cast<size_t>(K));
       compute::RouteParams np{hp_.n_expert, K, N.router_bias, N.tid2eid, hp_.expert_weights_norm,
                               hp_.expert_weights_scale};
-      be_.moe_route(nl.data(), tokens_dev_.data(), 1, np, g.data(), gw.data());
+      be_.moe_route(nl.data(), tok_dev_, 1, np, g.data(), gw.data());
       guess = g.to_host();
     }
     streamed_experts(be_, *xp, il, d, K, n_, limit, f, experts, weights, guess, y);

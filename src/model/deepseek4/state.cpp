@@ -1,5 +1,6 @@
 #include "model/deepseek4/state.h"
 
+#include <atomic>
 #include <cmath>
 
 #include "core/error.h"
@@ -25,7 +26,9 @@ void CompressorState::clear_slots() {
 
 State State::create(const HParams& hp, compute::Backend& be, int64_t n_ctx) {
   if (n_ctx < 1) fail("deepseek4: state for a context of {} positions", n_ctx);
+  static std::atomic<uint64_t> next_serial{1};
   State s;
+  s.serial = next_serial.fetch_add(1);
   s.backend = &be;
   s.n_ctx = n_ctx;
   s.layers.resize(static_cast<size_t>(hp.n_layer));

@@ -43,6 +43,8 @@ struct State {
   std::vector<int32_t> tokens;   // every token evaluated so far
   std::vector<float> logits;     // logits of the last evaluated position (n_vocab), host
   std::vector<LayerState> layers;
+  uint64_t serial = 0;           // unique per created state: recorded decode steps key on it
+
 
   static State create(const HParams& hp, compute::Backend& be, int64_t n_ctx);
 };

@@ -202,11 +202,44 @@ TEST_F(CpuBackend, CompressorPoolTwoLanesReadsPreviousWindowThroughLaneA) {
 TEST_F(CpuBackend, CompressorStoreAddsApeRowToScore) {
   float ape[6] = {1, 2, 3, 10, 20, 30};  // 2 rows of width 3
   Matrix m{GgmlType::F32, reinterpret_cast<const uint8_t*>(ape), 3, 2, 3 * sizeof(float)};
-  float kvp[3] = {7, 8, 9}, scp[3] = {0.5f, 0.25f, -1}, kv[3], sc[3];
-  be->compressor_store(m, 1, kvp, scp, 3, kv, sc);
-  EXPECT_EQ(kv[2], 9.0f);
-  EXPECT_EQ(sc[0], 10.5f);
-  EXPECT_EQ(sc[2], 29.0f);
+  float kvp[3] = {7, 8, 9}, scp[3] = {0.5f, 0.25f, -1};
+  // One lane, ratio 2: position 5 is slot 5 % 2 = 1 and uses ape row 1.
+  float kv[6] = {}, sc[6] = {};
+  be->compressor_store(m, 5, 2, 1, kvp, scp, 3, kv, sc);
+  EXPECT_EQ(kv[0], 0.0f);
+  EXPECT_EQ(kv[5], 9.0f);
+  EXPECT_EQ(sc[3], 10.5f);
+  EXPECT_EQ(sc[5], 29.0f);
+  // Two lanes: the current window's slots follow the previous window's ratio slots.
+  float kv2[12] = {}, sc2[12] = {};
+  be->compressor_store(m, 4, 2, 2, kvp, scp, 3, kv2, sc2);  // slot 2 + 4 % 2 = 2, ape row 0
+  EXPECT_EQ(kv2[6], 7.0f);
+  EXPECT_EQ(sc2[6], 1.5f);
+  EXPECT_EQ(sc2[8], 2.0f);
+}
+
+TEST_F(CpuBackend, StoreRowWritesSlotPosModRing) {
+  float ring[6] = {}, src[2] = {4, 5};
+  be->store_row(ring, 3, 2, 7, src);  // 7 % 3 = 1
+  EXPECT_EQ(ring[2], 4.0f);
+  EXPECT_EQ(ring[3], 5.0f);
+  EXPECT_EQ(ring[0], 0.0f);
+}
+
+TEST_F(CpuBackend, CompressorEmitOnlyAtWindowEnds) {
+  // ratio 2, one lane, dim 2: slots hold kv rows {1,2} and {3,4} with equal scores, so the
+  // pooled row is their mean {2,3}; RMSNorm (weight 1) scales it; no RoPE pairs, no rounding.
+  float kv[4] = {1, 2, 3, 4}, sc[4] = {0, 0, 0, 0}, rows[4] = {-1, -1, -1, -1};
+  const float norm[2] = {1, 1};
+  CompressorEmit e;
+  e.kv = kv, e.score = sc, e.ratio = 2, e.lanes = 1, e.dim = 2, e.rows = rows, e.norm = norm, e.eps = 0;
+  be->compressor_emit(e, 2);  // (2 + 1) % 2 != 0: nothing
+  EXPECT_EQ(rows[0], -1.0f);
+  be->compressor_emit(e, 3);  // window [2, 3] ends: row (3 + 1) / 2 - 1 = 1
+  EXPECT_EQ(rows[0], -1.0f);
+  const double r = std::sqrt((4.0 + 9.0) / 2.0);
+  EXPECT_NEAR(rows[2], 2.0 / r, 1e-6);
+  EXPECT_NEAR(rows[3], 3.0 / r, 1e-6);
 }
 
 TEST_F(CpuBackend, TopKHighestWithLowerIndexOnTiesInAscendingOrder) {

@@ -1,0 +1,190 @@
+#pragma once
+// Warp-per-row CPU-order dot products for decode-sized work (internal to gemv*.cu).
+//
+// The staged kernels of gemv_exact.cuh give one thread a whole weight block's term: for the
+// 2-bit formats that is hundreds of dependent instructions per thread and too few threads to
+// hide them. Here one warp computes one (weight row, activation row) dot: the block's integer
+// sums are split over a group of kSubs lanes (integer sums are exact in any order), the group's
+// first lane forms the block's float term with the CPU's operations, and the terms are added
+// in the CPU's order (8 partial sums folded, or one running sum). Bit-identical to the CPU.
+#include <cstdint>
+#include <type_traits>
+
+#include "compute/cuda/cpu_order.cuh"
+#include "compute/cuda/gemv_formats.cuh"
+
+namespace ds4::cuda::gemv_detail {
+
+constexpr int kWarpMaxBlocks = 64;  // weight blocks per row of the MoE warp kernels (n_in <= 16384)
+constexpr int kWarpMaxPasses = 8;   // longer rows use the staged kernels (bounds the terms' shared memory)
+
+// IQ2_XXS: 8 groups of 32 weights per block; term d * d_act * bsum, one running sum, x 0.125.
+struct WarpIQ2_XXS {
+  static constexpr int kSubs = 8, kBE = 256, kBB = 66;
+  static constexpr bool kEight = false;
+  static constexpr float kPost = 0.125f;
+  struct Raw {
+    uint32_t aux0, aux1, d;
+  };
+  __device__ static Raw load(const uint8_t* blk, int j) {
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(blk + 2 + 8 * j);
+    return {__ldg(q) | (static_cast<uint32_t>(__ldg(q + 1)) << 16),
+            __ldg(q + 2) | (static_cast<uint32_t>(__ldg(q + 3)) << 16),
+            static_cast<uint32_t>(__ldg(reinterpret_cast<const uint16_t*>(blk)))};
+  }
+  __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t*, int j, const uint2* grid, int& i0,
+                              int& i1) {
+    const int ls = 2 * static_cast<int>(r.aux1 >> 28) + 1;
+    const int4 v0 = ld4(aq + 32 * j), v1 = ld4(aq + 32 * j + 16);
+    const int av[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    int pos = 0, neg = 0;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const uint2 gv = __ldg(grid + byte_of(r.aux0, l));
+      const uint32_t sg = FmtIQ2_XXS::signs8((r.aux1 >> (7 * l)) & 127u);
+      const int g0 = static_cast<int>(gv.x), g1 = static_cast<int>(gv.y);
+      pos = dp4a(g0, av[2 * l], pos);
+      neg = dp4a(sign_mask4(sg) & g0, av[2 * l], neg);
+      pos = dp4a(g1, av[2 * l + 1], pos);
+      neg = dp4a(sign_mask4(sg >> 4) & g1, av[2 * l + 1], neg);
+    }
+    i0 = (pos - 2 * neg) * ls;
+    i1 = 0;
+  }
+  __device__ static float term(const Raw& r, float ad, int i0, int) {
+    return __fadd_rn(0.0f, __fmul_rn(__fmul_rn(h2f(r.d), ad), static_cast<float>(i0)));
+  }
+};
+
+// Q2_K: 16 groups of 16 weights per block; term (d_act*d)*isum - (d_act*dmin)*summs, 8 partials.
+struct WarpQ2_K {
+  static constexpr int kSubs = 16, kBE = 256, kBB = 84;
+  static constexpr bool kEight = true;
+  static constexpr float kPost = 1.0f;
+  struct Raw {
+    uint32_t sc, q[4], dw;
+  };
+  __device__ static Raw load(const uint8_t* blk, int j) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(blk);
+    const uint32_t* qw = w + 4 + 8 * (j / 8) + 4 * (j % 2);
+    return {byte_of(__ldg(w + j / 4), j % 4), {__ldg(qw), __ldg(qw + 1), __ldg(qw + 2), __ldg(qw + 3)}, __ldg(w + 20)};
+  }
+  __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t* bs, int j, const uint2*, int& i0,
+                              int& i1) {
+    const int h = j / 8, s = (j % 8) / 2, half = j % 2;
+    const int4 v = ld4(aq + 128 * h + 32 * s + 16 * half);
+    const int av[4] = {v.x, v.y, v.z, v.w};
+    int sub = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) sub = dp4a(static_cast<int>((r.q[u] >> (2 * s)) & 0x03030303u), av[u], sub);
+    i0 = static_cast<int>(r.sc & 0xfu) * sub;
+    i1 = static_cast<int>(__ldg(bs + j)) * static_cast<int>(r.sc >> 4);
+  }
+  __device__ static float term(const Raw& r, float ad, int isum, int summs) {
+    const float d = h2f(r.dw & 0xffffu), dmin = h2f(r.dw >> 16);
+    const float dall = __fmul_rn(ad, d), dm = __fmul_rn(ad, dmin);
+    return __fadd_rn(0.0f, __fsub_rn(__fmul_rn(dall, static_cast<float>(isum)), __fmul_rn(dm, static_cast<float>(summs))));
+  }
+};
+
+// Q8_0: one lane per 32-weight block; term float(isum) * (d * d_act), 8 partials.
+struct WarpQ8_0 {
+  static constexpr int kSubs = 1, kBE = 32, kBB = 34;
+  static constexpr bool kEight = true;
+  static constexpr float kPost = 1.0f;
+  struct Raw {
+    uint32_t q[8], d;
+  };
+  __device__ static Raw load(const uint8_t* blk, int) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(blk);  // 2-byte aligned: 16-bit loads
+    Raw r;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) r.q[t] = __ldg(h + 1 + 2 * t) | (static_cast<uint32_t>(__ldg(h + 2 + 2 * t)) << 16);
+    r.d = __ldg(h);
+    return r;
+  }
+  __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t*, int, const uint2*, int& i0, int& i1) {
+    const int4 v0 = ld4(aq), v1 = ld4(aq + 16);
+    const int av[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    int s = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s = dp4a(static_cast<int>(r.q[t]), av[t], s);
+    i0 = s;
+    i1 = 0;
+  }
+  __device__ static float term(const Raw& r, float ad, int i0, int) {
+    return __fadd_rn(0.0f, __fmul_rn(static_cast<float>(i0), __fmul_rn(h2f(r.d), ad)));
+  }
+};
+
+// The terms of tsm[0..nb) added in the CPU's order (8 partials folded, or one running sum);
+// every lane gets the sum.
+template <class W>
+__device__ __forceinline__ float warp_sum_terms(const float* tsm, int nb) {
+  const int lane = threadIdx.x & 31;
+  if constexpr (W::kEight) {
+    float part = 0.0f;
+    if (lane < 8)
+      for (int b = lane; b < nb; b += 8) part = __fadd_rn(part, tsm[b]);
+    float lv[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) lv[q] = __shfl_sync(0xffffffffu, part, q);
+    return fold8(lv);
+  } else {
+    float acc = 0.0f;
+    for (int b = 0; b < nb; ++b) acc = __fadd_rn(acc, tsm[b]);
+    return acc;
+  }
+}
+
+// Activation row `arow` of a (Q8_0 or Q8_K) from element `first` (grouped weight rows).
+struct WarpAct {
+  const int8_t* qs;
+  const float* d;
+  const int16_t* bs;
+};
+template <class W>
+__device__ __forceinline__ WarpAct warp_act(const ActQ& a, int64_t arow, int64_t first) {
+  return {a.qs + arow * a.n + first, a.d + (arow * a.n + first) / W::kBE,
+          W::kBE == 256 ? a.bs + (arow * a.n + first) / 16 : nullptr};
+}
+
+// The CPU's vec_dot of weight row `row` (nb blocks) with activation `act`, before W::kPost, by
+// one warp: every lane calls it and gets the result. Each pass loads and reduces 32/kSubs
+// blocks (measured: preloading every pass first needs more registers and ran slower).
+// tsm: nb floats of the warp's own shared memory.
+template <class W>
+__device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float* tsm, const uint2* grid) {
+  constexpr int S = W::kSubs, kPerPass = 32 / S;
+  const int lane = threadIdx.x & 31, j = lane % S;
+#pragma unroll 4
+  for (int b0 = 0; b0 < nb; b0 += kPerPass) {
+    const int b = b0 + lane / S;
+    int i0 = 0, i1 = 0;
+    typename W::Raw raw;
+    if (b < nb) {
+      raw = W::load(row + static_cast<size_t>(b) * W::kBB, j);
+      W::sums(raw, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0, i1);
+    }
+#pragma unroll
+    for (int o = S / 2; o > 0; o >>= 1) {
+      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
+      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
+    }
+    if (j == 0 && b < nb) tsm[b] = W::term(raw, __ldg(act.d + b), i0, i1);
+  }
+  __syncwarp();
+  const float r = warp_sum_terms<W>(tsm, nb);
+  __syncwarp();  // tsm is free for the next call
+  return r;
+}
+
+// Passes for nb blocks (a compile-time count of the supported shapes), 0 when none fits.
+template <class W>
+__host__ __device__ constexpr int warp_passes(int nb) {
+  constexpr int kPerPass = 32 / W::kSubs;
+  const int p = (nb + kPerPass - 1) / kPerPass;
+  return p <= 1 ? 1 : p <= 2 ? 2 : p <= 4 ? 4 : p <= 8 ? 8 : 0;
+}
+
+}  // namespace ds4::cuda::gemv_detail
