@@ -46,6 +46,8 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{GgmlType::Q8_0, 1024, 4096, "attn_q_a"},
                           {GgmlType::IQ2_XXS, 2048, 4096, "ffn_gate/up_exps (one expert)"},
                           {GgmlType::Q2_K, 4096, 2048, "ffn_down_exps (one expert)"},
+                          {GgmlType::Q4_K, 512, 2048, "qwen36 ffn_gate/up_exps (one expert)"},
+                          {GgmlType::Q4_K, 2048, 512, "qwen36 ffn_down_exps (one expert)"},
                           {GgmlType::F16, 24, 16384, "hc_attn_fn"},
                           {GgmlType::F16, 256, 4096, "ffn_gate_inp"}};
   const int64_t token_counts[] = {1, 2, 3, 4, 8, 16, 64};

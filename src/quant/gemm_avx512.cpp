@@ -1,4 +1,4 @@
-// Blocked rows x tokens matrix products (AVX-512 F/BW/VL/DQ + VNNI) for Q8_0, Q2_K and
+// Blocked rows x tokens matrix products (AVX-512 F/BW/VL/DQ + VNNI) for Q8_0, Q2_K, Q4_K and
 // IQ2_XXS weights. Compiled with the AVX-512 flags and called only after a run-time CPU check
 // (quant.cpp), for batches of several tokens; a one-token product keeps the per-row kernels.
 //
@@ -549,6 +549,127 @@ void iq2_xxs_run(const uint32_t* panel, int64_t nb, const uint8_t* a, size_t as,
   iq2_xxs_panel_tokens<T>(panel, nb, act, s, out, rows);
 }
 
+// ---------------------------------------------------------------- Q4_K -----------------
+// Panel super-block: 64 groups of u8 codes (0..15), 8 groups of int32 sub-block scales (6-bit),
+// 8 groups of int16 min pairs (m_j | m_j << 16), then d and dmin as floats. The codes are
+// unsigned and the activations signed, which is what vpdpbusd multiplies, so no bias is needed:
+// each sub-block's 32-product sum is exact, then scaled by its 6-bit scale in int32 (at most
+// 8 * 63 * 32 * 15 * 128 in magnitude, so isum is the scalar kernel's int exactly).
+constexpr int kQ4PanelWords = 64 * kPanel + 16 * kPanel + 2 * kPanel;
+constexpr int kQ4DecBytes = 256 + 64;
+
+// Row super-block -> 256 code bytes in element order (sub-block j = low nibbles of qs[32 (j/2)..]
+// for even j, high nibbles for odd j), 8 dwords of scales, 8 dwords of min pairs.
+void q4_K_decode_row(const BlockQ4_K& x, uint8_t* out) {
+  const __m256i m4 = _mm256_set1_epi8(0xF);
+#pragma GCC unroll 16
+  for (int p = 0; p < 4; ++p) {
+    const __m256i q = load256(x.qs + 32 * p);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p), _mm256_and_si256(q, m4));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 64 * p + 32), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+  }
+  uint32_t sm[16];
+#pragma GCC unroll 16
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, m;
+    q4k_scale_min(j, x.scales, &sc, &m);
+    sm[j] = sc;
+    sm[8 + j] = static_cast<uint32_t>(m) | (static_cast<uint32_t>(m) << 16);
+  }
+  __builtin_memcpy(out + 256, sm, sizeof(sm));
+}
+
+void q4_K_pack(const BlockQ4_K* const rowp[kPanel], int64_t nb, uint32_t* panel) {
+  alignas(64) uint8_t dec[kPanel][kQ4DecBytes];
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t* pb = panel + b * kQ4PanelWords;
+    float* d = reinterpret_cast<float*>(pb + 80 * kPanel);
+    for (int r = 0; r < kPanel; ++r) {
+      if (rowp[r]) {
+        q4_K_decode_row(rowp[r][b], dec[r]);
+        d[r] = f16_to_f32(rowp[r][b].d);
+        d[kPanel + r] = f16_to_f32(rowp[r][b].dmin);
+      } else {
+        __builtin_memset(dec[r], 0, kQ4DecBytes);  // padding row: zero codes, scales, mins
+        d[r] = d[kPanel + r] = 0.0f;
+      }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < 10; ++c) {  // 8 code groups, then scales (pb + 64 * kPanel), mins (+ 72)
+      const uint8_t* src[kPanel];
+#pragma GCC unroll 16
+      for (int r = 0; r < kPanel; ++r) src[r] = dec[r] + 32 * c;
+      transpose16x8(src, pb + c * 8 * kPanel, _mm512_setzero_si512());
+    }
+  }
+}
+
+// T tokens per pass over the panel: each code group, scale and min pair is loaded once for all
+// of them. Super-block b's float goes to lane b % 8 of the token's accumulators (lane_sum.h).
+template <int T>
+void q4_K_panel_tokens(const uint32_t* panel, int64_t nb, const uint8_t* const act[T], float* const y[T],
+                       int64_t rows) {
+  const BlockQ8_K* a[T];
+  __m512 acc[T][8];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    a[t] = reinterpret_cast<const BlockQ8_K*>(act[t]);
+#pragma GCC unroll 16
+    for (int l = 0; l < 8; ++l) acc[t][l] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint32_t* pb = panel + b * kQ4PanelWords;
+    __m512i isum[T], summs[T];
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) isum[t] = summs[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; ++j) {
+      __m512i dp[T];
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) dp[t] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+      for (int g = 0; g < 8; ++g) {
+        const __m512i wg = _mm512_load_si512(pb + (8 * j + g) * kPanel);
+#pragma GCC unroll 16
+        for (int t = 0; t < T; ++t) dp[t] = _mm512_dpbusd_epi32(dp[t], wg, bcast32(a[t][b].qs + 32 * j + 4 * g));
+      }
+      const __m512i scj = _mm512_load_si512(pb + (64 + j) * kPanel);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dp[t], scj));
+    }
+#pragma GCC unroll 16
+    for (int j = 0; j < 8; ++j) {
+      const __m512i mp = _mm512_load_si512(pb + (72 + j) * kPanel);
+#pragma GCC unroll 16
+      for (int t = 0; t < T; ++t) summs[t] = _mm512_dpwssd_epi32(summs[t], mp, bcast32(a[t][b].bsums + 2 * j));
+    }
+    const float* d = reinterpret_cast<const float*>(pb + 80 * kPanel);
+    const __m512 dx = _mm512_load_ps(d), dm = _mm512_load_ps(d + kPanel);
+#pragma GCC unroll 16
+    for (int t = 0; t < T; ++t) {
+      const __m512 yd = _mm512_set1_ps(a[t][b].d);
+      const __m512 v = _mm512_sub_ps(_mm512_mul_ps(_mm512_mul_ps(yd, dx), _mm512_cvtepi32_ps(isum[t])),
+                                     _mm512_mul_ps(_mm512_mul_ps(yd, dm), _mm512_cvtepi32_ps(summs[t])));
+      acc[t][b & 7] = _mm512_add_ps(acc[t][b & 7], v);
+    }
+  }
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) store_rows(y[t], fold8(acc[t]), rows);
+}
+
+template <int T>
+void q4_K_run(const uint32_t* panel, int64_t nb, const uint8_t* a, size_t as, int64_t t0, float* y, int64_t ys,
+              int64_t r0, int64_t rows) {
+  const uint8_t* act[T];
+  float* out[T];
+#pragma GCC unroll 16
+  for (int t = 0; t < T; ++t) {
+    act[t] = a + (t0 + t) * as;
+    out[t] = y + (t0 + t) * ys + r0;
+  }
+  q4_K_panel_tokens<T>(panel, nb, act, out, rows);
+}
+
 // ------------------------------------------------------------------ driver -------------
 template <class Block>
 void panel_rows(const void* w, size_t ws, int64_t r0, int64_t rows, const Block* rowp[kPanel]) {
@@ -596,6 +717,27 @@ void gemm_q2_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
     for (; t + 2 <= tokens; t += 2)
       q2_K_panel_token2(pp, nb, a + t * as, a + (t + 1) * as, y + t * ys + r0, y + (t + 1) * ys + r0, rows - r0);
     if (t < tokens) q2_K_panel_token(pp, nb, a + t * as, y + t * ys + r0, rows - r0);
+  }
+}
+
+void gemm_q4_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
+                      int64_t ys, int64_t n) {
+  const int64_t nb = n / kQK_K;
+  if (rows <= 0 || tokens <= 0 || nb <= 0) return;
+  Scratch panel(static_cast<size_t>(nb) * kQ4PanelWords * 4);
+  const auto* a = static_cast<const uint8_t*>(act);
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanel) {
+    const BlockQ4_K* rowp[kPanel];
+    panel_rows(w, ws, r0, rows, rowp);
+    q4_K_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
+    const auto* pp = static_cast<const uint32_t*>(panel.p);
+    int64_t t = 0;
+    for (; t + 4 <= tokens; t += 4) q4_K_run<4>(pp, nb, a, as, t, y, ys, r0, rows - r0);
+    if (tokens - t >= 2) {
+      q4_K_run<2>(pp, nb, a, as, t, y, ys, r0, rows - r0);
+      t += 2;
+    }
+    if (t < tokens) q4_K_run<1>(pp, nb, a, as, t, y, ys, r0, rows - r0);
   }
 }
 

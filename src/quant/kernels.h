@@ -73,6 +73,8 @@ void gemm_q8_0_avx512(const void* w, size_t w_stride, int64_t rows, const void* 
                       int64_t tokens, float* y, int64_t y_stride, int64_t n);
 void gemm_q2_K_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                       int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemm_q4_K_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                      int64_t tokens, float* y, int64_t y_stride, int64_t n);
 void gemm_iq2_xxs_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                          int64_t tokens, float* y, int64_t y_stride, int64_t n);
 // F16 weights, f32 activations: vec_dot_f16_f32_avx2's float bit for bit (FMA, same chains).

@@ -325,6 +325,7 @@ bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
 int64_t gemm_min_tokens(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::Q8_0: return 1;
+    case GgmlType::Q4_K: return 3;  // the panel decode (codes, 6-bit scales) costs 2.5 per-row passes
     default: return 2;  // Q2_K, IQ2_XXS, F16
   }
 }
@@ -345,6 +346,7 @@ GemmKernel gemm_kernel(GgmlType weight_type) {
     switch (weight_type) {
       case GgmlType::Q8_0: return gemm_q8_0_avx512;
       case GgmlType::Q2_K: return gemm_q2_K_avx512;
+      case GgmlType::Q4_K: return gemm_q4_K_avx512;
       case GgmlType::IQ2_XXS: return gemm_iq2_xxs_avx512;
       case GgmlType::F16: return gemm_f16_avx512;  // equals the AVX2 kernel, which this CPU has
       default: break;

@@ -30,7 +30,8 @@ struct GemmFormat {
 
 std::vector<GemmFormat> gemm_formats() {
   std::vector<GemmFormat> f = {{GgmlType::Q8_0, 34, 32, {0}, quant::vec_dot_q8_0_q8_0_scalar},
-                               {GgmlType::Q2_K, 84, 256, {80, 82}, quant::vec_dot_q2_K_q8_K_scalar}};
+                               {GgmlType::Q2_K, 84, 256, {80, 82}, quant::vec_dot_q2_K_q8_K_scalar},
+                               {GgmlType::Q4_K, 144, 256, {0, 2}, quant::vec_dot_q4_K_q8_K_scalar}};
 #if DS4_HAVE_IQ2_XXS
   f.push_back({GgmlType::IQ2_XXS, 66, 256, {0}, quant::vec_dot_iq2_xxs_q8_K_scalar});
 #endif
@@ -40,7 +41,7 @@ std::vector<GemmFormat> gemm_formats() {
 size_t act_block_bytes(GgmlType t) { return t == GgmlType::Q8_0 ? 34 : 292; }
 
 // Activation blocks with random quants (and bsums consistent with them, as the Q8_K layout
-// promises: the Q2_K dot reads bsums) and a random finite scale.
+// promises: the Q2_K and Q4_K dots read bsums) and a random finite scale.
 std::vector<uint8_t> random_acts(std::mt19937& rng, GgmlType wtype, int64_t nb) {
   const size_t bb = act_block_bytes(wtype);
   auto a = random_bytes(rng, bb * static_cast<size_t>(nb));
@@ -86,7 +87,7 @@ TEST(GemmExact, EqualsScalarOnRandomBlocks) {
   if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
   std::mt19937 rng(1601);
   const int64_t row_counts[] = {1, 15, 16, 17, 40};
-  const int64_t token_counts[] = {1, 2, 3, 5, 7};
+  const int64_t token_counts[] = {1, 2, 3, 5, 7, 9};
   for (const auto& f : gemm_formats()) {
     quant::GemmKernel gemm = quant::gemm_kernel(f.type);
     ASSERT_NE(gemm, nullptr) << traits(f.type).name;
