@@ -21,19 +21,25 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::run_chunks() {
   for (;;) {
     int64_t begin;
+    const std::function<void(int64_t, int64_t)>* fn;
     {
       std::lock_guard lk(mu_);
       begin = next_chunk_;
       if (begin >= job_n_ || error_) return;
       next_chunk_ = begin + job_chunk_;
+      ++running_;
+      fn = job_;
     }
-    int64_t end = std::min(job_n_, begin + job_chunk_);
+    const int64_t end = std::min(job_n_, begin + job_chunk_);
+    std::exception_ptr err;
     try {
-      (*job_)(begin, end);
+      (*fn)(begin, end);
     } catch (...) {
-      std::lock_guard lk(mu_);
-      if (!error_) error_ = std::current_exception();
+      err = std::current_exception();
     }
+    std::lock_guard lk(mu_);
+    if (err && !error_) error_ = err;
+    if (--running_ == 0) done_.notify_all();
   }
 }
 
@@ -46,11 +52,7 @@ void ThreadPool::worker_loop() {
       if (stop_) return;
       seen = generation_;
     }
-    run_chunks();
-    {
-      std::lock_guard lk(mu_);
-      if (--busy_ == 0) done_.notify_all();
-    }
+    run_chunks();  // a worker that wakes after every chunk was claimed finds nothing and sleeps again
   }
 }
 
@@ -71,15 +73,16 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const std::function<void
     job_chunk_ = chunk;
     next_chunk_ = 0;
     error_ = nullptr;
-    busy_ = static_cast<int>(workers_.size());
     ++generation_;
   }
   wake_.notify_all();
   run_chunks();
+  // Every chunk is claimed now; wait only for the chunks still running on workers, not for
+  // workers that have not woken up yet (on a loaded machine that can take milliseconds).
   std::exception_ptr err;
   {
     std::unique_lock lk(mu_);
-    done_.wait(lk, [&] { return busy_ == 0; });
+    done_.wait(lk, [&] { return running_ == 0; });
     job_ = nullptr;
     err = error_;
     error_ = nullptr;

@@ -37,9 +37,9 @@ class ThreadPool {
   std::condition_variable done_;
   bool stop_ = false;
   uint64_t generation_ = 0;
-  int busy_ = 0;
+  int running_ = 0;  // chunks being run (claimed, not finished), guarded by mu_
 
-  // The job in flight (valid while busy_ > 0 or the caller is inside parallel_for).
+  // The job in flight (valid while the caller is inside parallel_for).
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int64_t job_chunk_ = 0;

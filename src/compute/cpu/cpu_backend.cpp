@@ -116,7 +116,8 @@ void CpuBackend::matmul_float_acts(const Matrix& w, const float* x, int64_t rows
 }
 
 void CpuBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(rows, 2 * n, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * n;
     float* yr = y + r * n;
     double ss = 0;
@@ -128,14 +129,18 @@ void CpuBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t row
       for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv;
     }
   }
+  });
 }
 
 void CpuBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
                            int64_t pos0, int64_t pos_step, bool inverse) {
   const int64_t n_rot = static_cast<int64_t>(freqs.size()) * 2;
   const int64_t first = head_dim - n_rot;
+  // sin/cos in double cost about 50 element operations each.
+  const int64_t work = static_cast<int64_t>(freqs.size()) * 50 + n_heads * n_rot * 2;
+  parallel_rows(rows, work, [&](int64_t r0, int64_t r1) {
   std::vector<float> c(freqs.size()), s(freqs.size());
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const int64_t pos = pos0 + r * pos_step;
     // Angles directly as pos * f_k in double (trap 19: no iterative products).
     for (size_t k = 0; k < freqs.size(); ++k) {
@@ -152,10 +157,12 @@ void CpuBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head
       }
     }
   }
+  });
 }
 
 void CpuBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(rows, n_round * 16, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     float* xr = x + r * row_len;
     if (kind == ActRound::Fp8) {
       fp8_e4m3_round_trip(xr, n_round);
@@ -164,11 +171,13 @@ void CpuBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_ro
       fp4_e2m1_round_trip(xr, n_round);
     }
   }
+  });
 }
 
 void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
                         float* h) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(rows, n * 20, [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float weight = weights ? weights[r] : 1.0f;
     const float* gr = g + r * n;
     const float* ur = u + r * n;
@@ -183,6 +192,7 @@ void CpuBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n,
       hr[i] = silu * uv * weight;
     }
   }
+  });
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t n) {
@@ -206,8 +216,10 @@ void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams
   const int64_t width = hc * p.n;
   const bool head = post == nullptr;
   const int64_t n_mix = head ? hc : (2 + hc) * hc;
+  const int64_t work = 2 * width + 20 * n_mix + (head ? 0 : 4 * p.sinkhorn_iters * hc * hc) + hc * p.n;
+  parallel_rows(rows, work, [&](int64_t r0, int64_t r1) {
   std::vector<float> pre(static_cast<size_t>(hc));
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* Xr = X + r * width;
     float* m = mix + r * n_mix;
     // The RMS over all streams scales the mixes only; the streams are summed un-normalized.
@@ -226,11 +238,13 @@ void CpuBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams
     std::fill(xo, xo + p.n, 0.0f);
     for (int s = 0; s < hc; ++s) quant::axpy_f32(pre[s], Xr + s * p.n, xo, p.n);
   }
+  });
 }
 
 void CpuBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
                          int n_hc, int64_t n, float* Xout) {
-  for (int64_t r = 0; r < rows; ++r) {
+  parallel_rows(rows, n_hc * n * (n_hc + 1), [&](int64_t r0, int64_t r1) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* yr = y + r * n;
     const float* Xr = X + r * n_hc * n;
     const float* pr = post + r * n_hc;
@@ -243,6 +257,7 @@ void CpuBackend::hc_post(const float* y, const float* X, const float* post, cons
       for (int i = 0; i < n_hc; ++i) quant::axpy_f32(cr[i * n_hc + j], Xr + i * n, o, n);
     }
   }
+  });
 }
 
 }  // namespace cpu

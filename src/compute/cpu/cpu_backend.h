@@ -2,6 +2,7 @@
 // Internal: the CPU backend's class, shared by its source files (cpu_backend.cpp: memory
 // and elementwise/linear-algebra ops; cpu_model_ops.cpp: attention, compressor, router, MoE;
 // cpu_qwen_ops.cpp: the qwen35moe ops).
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -75,6 +76,14 @@ class CpuBackend final : public Backend {
   void parallel(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     if (pool_) pool_->parallel_for(n, grain, fn);
     else fn(0, n);
+  }
+  // Splits rows over the pool in chunks of at least kMinChunkWork / work_per_row rows, so that
+  // one token's small rows (decode) stay on the calling thread: waking a worker costs more
+  // than the row. Every row is computed as the serial loop computes it, so results do not
+  // depend on the thread count.
+  static constexpr int64_t kMinChunkWork = 32768;
+  void parallel_rows(int64_t rows, int64_t work_per_row, const std::function<void(int64_t, int64_t)>& fn) {
+    parallel(rows, std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, work_per_row)), fn);
   }
   void matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y, int64_t xs, int64_t ys);
   ThreadPool* pool_;
