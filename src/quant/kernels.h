@@ -86,6 +86,13 @@ float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
 // quantize_row_q8_0's bytes; false when x holds a non-finite value (output then undefined).
 bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n);
+// --- act_round_avx512.cpp: compute/numerics.h's activation rounding, bit for bit ---
+// FP8 round trip in blocks of 64 / FP4 in blocks of 32: the number of leading elements done (a
+// whole number of blocks; the first block holding a NaN or infinity and all after are left).
+int64_t fp8_e4m3_round_trip_avx512(float* x, int64_t n);
+int64_t fp4_e2m1_round_trip_avx512(float* x, int64_t n);
+// False (x untouched) unless n is a power of two >= 16.
+bool hadamard_transform_avx512(float* x, int64_t n);
 #endif
 
 }  // namespace ds4::quant

@@ -322,6 +322,33 @@ DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel",
 
 bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
 
+int64_t fp8_e4m3_round_trip_prefix(float* x, int64_t n) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return fp8_e4m3_round_trip_avx512(x, n);
+#endif
+  (void)x;
+  (void)n;
+  return 0;
+}
+
+int64_t fp4_e2m1_round_trip_prefix(float* x, int64_t n) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return fp4_e2m1_round_trip_avx512(x, n);
+#endif
+  (void)x;
+  (void)n;
+  return 0;
+}
+
+bool hadamard_transform_fast(float* x, int64_t n) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return hadamard_transform_avx512(x, n);
+#endif
+  (void)x;
+  (void)n;
+  return false;
+}
+
 int64_t gemm_min_tokens(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::Q8_0: return 1;

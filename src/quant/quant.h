@@ -82,4 +82,14 @@ void axpy_f32(float a, const float* x, float* y, int64_t n);
 // the AVX2 path on an AVX-512 machine).
 bool have_avx512_vnni();
 
+// Fast paths of DeepSeek V4's activation rounding (compute/numerics.h holds the reference, which
+// the quant layer cannot call): fp8_e4m3_round_trip with blocks of 64 and fp4_e2m1_round_trip
+// with blocks of 32 on the first elements of x, returning how many were done (a whole number
+// of blocks: 0 without AVX-512, and a block holding a NaN or infinity stops it); the caller
+// runs the reference on the rest. hadamard_transform_fast returns false, x untouched, when it
+// has no fast path for n. Every result equals the reference bit for bit (tested).
+int64_t fp8_e4m3_round_trip_prefix(float* x, int64_t n);
+int64_t fp4_e2m1_round_trip_prefix(float* x, int64_t n);
+bool hadamard_transform_fast(float* x, int64_t n);
+
 }  // namespace ds4::quant
