@@ -132,31 +132,77 @@ void CpuBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t row
   });
 }
 
-void CpuBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
-                           int64_t pos0, int64_t pos_step, bool inverse) {
-  const int64_t n_rot = static_cast<int64_t>(freqs.size()) * 2;
-  const int64_t first = head_dim - n_rot;
-  // sin/cos in double cost about 50 element operations each.
-  const int64_t work = static_cast<int64_t>(freqs.size()) * 50 + n_heads * n_rot * 2;
-  parallel_rows(rows, work, [&](int64_t r0, int64_t r1) {
-  std::vector<float> c(freqs.size()), s(freqs.size());
-  for (int64_t r = r0; r < r1; ++r) {
-    const int64_t pos = pos0 + r * pos_step;
-    // Angles directly as pos * f_k in double (trap 19: no iterative products).
-    for (size_t k = 0; k < freqs.size(); ++k) {
-      double th = static_cast<double>(pos) * freqs[k];
-      c[k] = static_cast<float>(std::cos(th));
-      s[k] = static_cast<float>(inverse ? -std::sin(th) : std::sin(th));
+const float* CpuBackend::rope_table(std::span<const double> freqs, int64_t pos0, int64_t n_pos) {
+  std::span<RopeTable> slots = n_pos > 1 ? std::span<RopeTable>(rope_batch_) : std::span<RopeTable>(rope_single_);
+  RopeTable* victim = &slots[0];
+  for (RopeTable& t : slots) {
+    if (t.n_pos > 0 && t.pos0 <= pos0 && pos0 + n_pos <= t.pos0 + t.n_pos && t.freqs.size() == freqs.size() &&
+        std::equal(freqs.begin(), freqs.end(), t.freqs.begin())) {
+      t.used = ++rope_clock_;
+      return t.cs.data() + (pos0 - t.pos0) * 2 * static_cast<int64_t>(freqs.size());
     }
-    for (int64_t h = 0; h < n_heads; ++h) {
-      float* t = x + (r * n_heads + h) * head_dim + first;
-      for (size_t k = 0; k < freqs.size(); ++k) {
-        float x0 = t[2 * k], x1 = t[2 * k + 1];
-        t[2 * k] = x0 * c[k] - x1 * s[k];
-        t[2 * k + 1] = x0 * s[k] + x1 * c[k];
+    if (t.used < victim->used) victim = &t;
+  }
+  RopeTable& t = *victim;
+  const int64_t nf = static_cast<int64_t>(freqs.size());
+  t.freqs.assign(freqs.begin(), freqs.end());
+  t.pos0 = pos0;
+  t.n_pos = n_pos;
+  t.used = ++rope_clock_;
+  t.cs.resize(static_cast<size_t>(n_pos * 2 * nf));
+  // sin/cos in double cost about 50 element operations each.
+  parallel_rows(n_pos, nf * 100, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      float* cs = t.cs.data() + p * 2 * nf;
+      // Angles directly as pos * f_k in double (trap 19: no iterative products).
+      for (int64_t k = 0; k < nf; ++k) {
+        const double th = static_cast<double>(pos0 + p) * freqs[static_cast<size_t>(k)];
+        cs[2 * k] = static_cast<float>(std::cos(th));
+        cs[2 * k + 1] = static_cast<float>(std::sin(th));
       }
     }
+  });
+  return t.cs.data();
+}
+
+void CpuBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
+                           int64_t pos0, int64_t pos_step, bool inverse) {
+  if (rows <= 0) return;
+  const int64_t nf = static_cast<int64_t>(freqs.size());
+  const int64_t n_rot = nf * 2;
+  const int64_t first = head_dim - n_rot;
+  // cos and sin of pos * f_k (rounded to float) for every position of the call, computed once
+  // per batch and frequency set and shared by every call over those positions (the queries,
+  // keys and the inverse rotation of each layer). -float(sin) is float(-sin): the inverse
+  // rotation negates the table's value.
+  std::vector<float> own;
+  const float* tab;
+  int64_t tab_step;  // table rows per call row
+  if (pos_step == 0 || pos_step == 1) {
+    tab = rope_table(freqs, pos0, pos_step == 0 ? 1 : rows);
+    tab_step = pos_step;
+  } else {
+    own.resize(static_cast<size_t>(rows * 2 * nf));
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* t = rope_table(freqs, pos0 + r * pos_step, 1);
+      std::copy(t, t + 2 * nf, own.begin() + r * 2 * nf);
+    }
+    tab = own.data();
+    tab_step = 1;
   }
+  parallel_rows(rows, n_heads * n_rot * 2, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* cs = tab + r * tab_step * 2 * nf;
+      for (int64_t h = 0; h < n_heads; ++h) {
+        float* t = x + (r * n_heads + h) * head_dim + first;
+        for (int64_t k = 0; k < nf; ++k) {
+          const float c = cs[2 * k], s = inverse ? -cs[2 * k + 1] : cs[2 * k + 1];
+          const float x0 = t[2 * k], x1 = t[2 * k + 1];
+          t[2 * k] = x0 * c - x1 * s;
+          t[2 * k + 1] = x0 * s + x1 * c;
+        }
+      }
+    }
   });
 }
 

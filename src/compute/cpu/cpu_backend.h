@@ -86,6 +86,18 @@ class CpuBackend final : public Backend {
     parallel(rows, std::max<int64_t>(1, kMinChunkWork / std::max<int64_t>(1, work_per_row)), fn);
   }
   void matmul_float_acts(const Matrix& w, const float* x, int64_t rows, float* y, int64_t xs, int64_t ys);
+  // cos/sin tables of rope_tail: [n_pos][n_freq] pairs for positions pos0.., per frequency set.
+  // Batch tables (several positions) and one-position tables (decode, compressor rows) have
+  // their own slots so that neither evicts the other; least recently used goes first.
+  struct RopeTable {
+    std::vector<double> freqs;
+    int64_t pos0 = 0, n_pos = 0;
+    uint64_t used = 0;
+    std::vector<float> cs;
+  };
+  const float* rope_table(std::span<const double> freqs, int64_t pos0, int64_t n_pos);
+  RopeTable rope_batch_[3], rope_single_[4];
+  uint64_t rope_clock_ = 0;
   ThreadPool* pool_;
   CpuOptions opt_;
   std::vector<uint8_t> act_buf_;
