@@ -79,6 +79,32 @@ inline void transpose16x8(const uint8_t* const src[kPanel], uint32_t* out, __m51
   }
 }
 
+// transpose16x8 into registers: out[g] lane r = dword g of src[r].
+inline void transpose16x8_regs(const uint8_t* const src[kPanel], __m512i out[8]) {
+  __m512i z[8];
+  #pragma GCC unroll 16
+  for (int k = 0; k < 8; ++k) {
+    const int lo = k < 4 ? k : k + 4, hi = lo + 4;
+    z[k] = _mm512_inserti64x4(_mm512_zextsi256_si512(load256(src[lo])), load256(src[hi]), 1);
+  }
+  __m512i t[8];
+  #pragma GCC unroll 16
+  for (int k = 0; k < 2; ++k) {
+    const __m512i a = z[4 * k], b = z[4 * k + 1], c = z[4 * k + 2], d = z[4 * k + 3];
+    const __m512i ab_lo = _mm512_unpacklo_epi32(a, b), ab_hi = _mm512_unpackhi_epi32(a, b);
+    const __m512i cd_lo = _mm512_unpacklo_epi32(c, d), cd_hi = _mm512_unpackhi_epi32(c, d);
+    t[4 * k + 0] = _mm512_unpacklo_epi64(ab_lo, cd_lo);
+    t[4 * k + 1] = _mm512_unpackhi_epi64(ab_lo, cd_lo);
+    t[4 * k + 2] = _mm512_unpacklo_epi64(ab_hi, cd_hi);
+    t[4 * k + 3] = _mm512_unpackhi_epi64(ab_hi, cd_hi);
+  }
+  #pragma GCC unroll 16
+  for (int g = 0; g < 4; ++g) {
+    out[g] = _mm512_shuffle_i32x4(t[g], t[4 + g], 0x88);
+    out[g + 4] = _mm512_shuffle_i32x4(t[g], t[4 + g], 0xDD);
+  }
+}
+
 // ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) per row lane (lane_sum.h).
 inline __m512 fold8(const __m512 l[8]) {
   const __m512 a0 = _mm512_add_ps(l[0], l[4]), a1 = _mm512_add_ps(l[1], l[5]);
@@ -190,6 +216,60 @@ void q8_0_panel_token(const uint32_t* panel, int64_t nb, const uint8_t* act, con
   if (rem > 4) q8_0_steps<4>(panel, b, act, aux, acc);
   if (rem > 5) q8_0_steps<5>(panel, b, act, aux, acc);
   if (rem > 6) q8_0_steps<6>(panel, b, act, aux, acc);
+  store_rows(y, fold8(acc), rows);
+}
+
+// One token (decode): each block of the 16 rows is transposed in registers and used at once,
+// with no panel in memory; the rows are prefetched a few blocks ahead (one stream per row).
+// Same operations per (row, block) as q8_0_step, so the same floats.
+template <int L>
+inline void q8_0_direct_step(const BlockQ8_0* const rowp[kPanel], int64_t b, const uint8_t* act, const ActQ8_0* aux,
+                             __m512* acc) {
+  const int64_t bb = b + L;
+  const uint8_t* src[kPanel];
+  alignas(64) float dx[kPanel];
+#pragma GCC unroll 16
+  for (int r = 0; r < kPanel; ++r) {
+    src[r] = reinterpret_cast<const uint8_t*>(rowp[r][bb].qs);
+    dx[r] = f16_to_f32(rowp[r][bb].d);
+    if (L % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(rowp[r] + bb + 8), _MM_HINT_T0);
+  }
+  __m512i wq[8];
+  transpose16x8_regs(src, wq);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  const int8_t* a = reinterpret_cast<const int8_t*>(act + bb * sizeof(BlockQ8_0) + 2);
+  __m512i sdot = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int g = 0; g < 8; ++g) sdot = _mm512_dpbusd_epi32(sdot, _mm512_xor_si512(wq[g], flip), bcast32(a + 4 * g));
+  const __m512i dp = _mm512_sub_epi32(sdot, _mm512_set1_epi32(aux[bb].sum128));
+  const __m512 dd = _mm512_mul_ps(_mm512_load_ps(dx), _mm512_set1_ps(aux[bb].d));
+  acc[L] = _mm512_add_ps(acc[L], _mm512_mul_ps(_mm512_cvtepi32_ps(dp), dd));
+}
+
+void q8_0_direct_token(const BlockQ8_0* const rowp[kPanel], int64_t nb, const uint8_t* act, const ActQ8_0* aux, float* y,
+                       int64_t rows) {
+  __m512 acc[8];
+#pragma GCC unroll 16
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  int64_t b = 0;
+  for (; b + 8 <= nb; b += 8) {
+    q8_0_direct_step<0>(rowp, b, act, aux, acc);
+    q8_0_direct_step<1>(rowp, b, act, aux, acc);
+    q8_0_direct_step<2>(rowp, b, act, aux, acc);
+    q8_0_direct_step<3>(rowp, b, act, aux, acc);
+    q8_0_direct_step<4>(rowp, b, act, aux, acc);
+    q8_0_direct_step<5>(rowp, b, act, aux, acc);
+    q8_0_direct_step<6>(rowp, b, act, aux, acc);
+    q8_0_direct_step<7>(rowp, b, act, aux, acc);
+  }
+  const int64_t rem = nb - b;
+  if (rem > 0) q8_0_direct_step<0>(rowp, b, act, aux, acc);
+  if (rem > 1) q8_0_direct_step<1>(rowp, b, act, aux, acc);
+  if (rem > 2) q8_0_direct_step<2>(rowp, b, act, aux, acc);
+  if (rem > 3) q8_0_direct_step<3>(rowp, b, act, aux, acc);
+  if (rem > 4) q8_0_direct_step<4>(rowp, b, act, aux, acc);
+  if (rem > 5) q8_0_direct_step<5>(rowp, b, act, aux, acc);
+  if (rem > 6) q8_0_direct_step<6>(rowp, b, act, aux, acc);
   store_rows(y, fold8(acc), rows);
 }
 
@@ -691,6 +771,10 @@ void gemm_q8_0_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
   for (int64_t r0 = 0; r0 < rows; r0 += kPanel) {
     const BlockQ8_0* rowp[kPanel];
     panel_rows(w, ws, r0, rows, rowp);
+    if (tokens == 1 && r0 + kPanel <= rows) {  // decode: no panel in memory
+      q8_0_direct_token(rowp, nb, a, static_cast<const ActQ8_0*>(aux.p), y + r0, rows - r0);
+      continue;
+    }
     q8_0_pack(rowp, nb, static_cast<uint32_t*>(panel.p));
     const auto* pp = static_cast<const uint32_t*>(panel.p);
     const auto* ax = static_cast<const ActQ8_0*>(aux.p);
