@@ -7,9 +7,10 @@
 #   ds4-bench -m FILE -t THREADS --ctx-start P --ctx-max P --gen-tokens G   (random prompt ids)
 #   llama-bench -m FILE -t THREADS -p P -n G -r 1 -o csv                     (random prompt ids)
 # and records the 1-minute load average before each. The first ds4-bench of every repetition
-# also measures a STREAM-like copy (--mem-copy). Then it prints medians, ratios ours / llama.cpp,
-# the weight bytes a decode step reads (from the GGUF: every tensor but the embedding table, the
-# routed experts scaled by k / n_expert) and what the copy figure allows.
+# also measures a STREAM-like copy and a read-only pass (--mem-copy). Then it prints medians,
+# ratios ours / llama.cpp, the weight bytes a decode step reads (from the GGUF: every tensor but
+# the embedding table, the routed experts scaled by k / n_expert) and that rate against the
+# copy figure (read + write bytes) and the read-only figure (a decode step only reads weights).
 #
 # Files: models/ds4-demo.gguf (P=512, G=64) and `ds4-gguf synth --preset flash-q2 --layers 4`
 # (full Flash width, P=300, G=16), written to DATA_DIR (default /tmp/ds4-bench-data) if absent.
@@ -66,7 +67,7 @@ for rep in $(seq 1 "$REPS"); do
     first=0
     "$BUILD/bin/ds4-bench" -m "$file" -t "$THREADS" --ctx-start "$P" --ctx-max "$P" --gen-tokens "$G" \
       "${extra[@]}" > "$OUT/ds4_${name}_$rep.csv" 2> "$OUT/ds4_${name}_$rep.log"
-    grep -h "memory copy" "$OUT/ds4_${name}_$rep.log" >> "$COPY" || true
+    grep -h "memory copy\|memory read" "$OUT/ds4_${name}_$rep.log" >> "$COPY" || true
     row=$(tail -n 1 "$OUT/ds4_${name}_$rep.csv")
     echo "$rep,$name,ds4,$l,$(echo "$row" | cut -d, -f3),$(echo "$row" | cut -d, -f5)" >> "$RES"
     # llama.cpp
@@ -97,6 +98,8 @@ out, cases = sys.argv[1], [c.split("|") for c in sys.argv[2:]]
 rows = list(csv.DictReader(open(f"{out}/results.csv")))
 copies = [float(m.group(1)) for l in open(f"{out}/mem_copy.txt") for m in [re.search(r"copy ([0-9.]+) GB/s", l)] if m]
 copy = statistics.median(copies) if copies else float("nan")
+reads = [float(m.group(1)) for l in open(f"{out}/mem_copy.txt") for m in [re.search(r"read ([0-9.]+) GB/s", l)] if m]
+read = statistics.median(reads) if reads else float("nan")
 
 def decode_bytes(name):
     k = n_exp = None
@@ -116,9 +119,9 @@ def decode_bytes(name):
             total += nbytes
     return total
 
-print(f"memory copy (read + write), median of {len(copies)}: {copy:.2f} GB/s")
-print("| case | load avg (1 min) | ds4 prefill t/s | llama.cpp prefill t/s | ratio | ds4 decode t/s | llama.cpp decode t/s | ratio | decode GB/s (ds4) | % of copy |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print(f"memory copy (read + write), median of {len(copies)}: {copy:.2f} GB/s; read only, median of {len(reads)}: {read:.2f} GB/s")
+print("| case | load avg (1 min) | ds4 prefill t/s | llama.cpp prefill t/s | ratio | ds4 decode t/s | llama.cpp decode t/s | ratio | decode GB/s (ds4) | % of copy | % of read |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for name, file, P, G in cases:
     def med(engine, col):
         v = [float(r[col]) for r in rows if r["case"] == name and r["engine"] == engine and r[col]]
@@ -128,7 +131,7 @@ for name, file, P, G in cases:
     dg, dgv = med("ds4", "gen_tps"); lg, lgv = med("llama.cpp", "gen_tps")
     gbps = decode_bytes(name) * dg / 1e9
     print(f"| {name} (P={P}, G={G}) | {min(loads):.1f}-{max(loads):.1f} | {dp:.1f} | {lp:.1f} | {dp/lp:.2f}x | "
-          f"{dg:.2f} | {lg:.2f} | {dg/lg:.2f}x | {gbps:.1f} ({decode_bytes(name)/1e6:.0f} MB/token) | {100*gbps/copy:.0f}% |")
+          f"{dg:.2f} | {lg:.2f} | {dg/lg:.2f}x | {gbps:.1f} ({decode_bytes(name)/1e6:.0f} MB/token) | {100*gbps/copy:.0f}% | {100*gbps/read:.0f}% |")
     print(f"|   runs | | {', '.join(f'{v:.1f}' for v in dpv)} | {', '.join(f'{v:.1f}' for v in lpv)} | | "
-          f"{', '.join(f'{v:.2f}' for v in dgv)} | {', '.join(f'{v:.2f}' for v in lgv)} | | | |")
+          f"{', '.join(f'{v:.2f}' for v in dgv)} | {', '.join(f'{v:.2f}' for v in lgv)} | | | | |")
 EOF

@@ -69,17 +69,22 @@ int main(int argc, char** argv) {
   app.add_option("--act-quant-sim", sim, "FP8 KV / FP4 indexer rounding")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--seed", seed, "seed of the random prompt")->capture_default_str();
   app.add_flag("--mem-copy", mem_copy,
-               "first measure a STREAM-like copy (1 GiB, --threads threads, best of 3) and print it to stderr: "
-               "the memory bandwidth decode is bounded by");
+               "first measure a STREAM-like copy and a read-only pass (1 GiB, --threads threads, best of 3) and "
+               "print them to stderr: the memory bandwidth decode is bounded by");
   CLI11_PARSE(app, argc, argv);
   try {
     if (step == 0) step = ctx_start;
     if (ctx_max < ctx_start) ds4::fail("--ctx-max {} is below --ctx-start {}", ctx_max, ctx_start);
     eo.act_quant_sim = sim == "on";
     eo.ctx_size = ctx_max + gen_tokens + 1;
-    if (mem_copy)
-      fmt::print(stderr, "ds4-bench: memory copy {:.2f} GB/s (read + write, {} threads, 1 GiB, best of 3)\n",
-                 ds4bench::copy_bandwidth_gbs(eo.threads, size_t{1} << 30, 3), eo.threads);
+    if (mem_copy) {
+      double read = 0;
+      const double copy = ds4bench::copy_bandwidth_gbs(eo.threads, size_t{1} << 30, 3, &read);
+      fmt::print(stderr, "ds4-bench: memory copy {:.2f} GB/s (read + write, {} threads, 1 GiB, best of 3)\n", copy,
+                 eo.threads);
+      fmt::print(stderr, "ds4-bench: memory read {:.2f} GB/s (read only, {} threads, 1 GiB, best of 3)\n", read,
+                 eo.threads);
+    }
     auto t_load = Clock::now();
     auto engine = ds4::Engine::open(eo);
     fmt::print(stderr, "ds4-bench: {} on {} ({} threads), loaded in {:.1f} s\n{}\n", engine->info().model_name,
