@@ -29,7 +29,9 @@ __attribute__((target("avx512f"))) uint64_t sum_words_avx512(const char* p, size
     s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i));
     s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + i + 64));
   }
-  return static_cast<uint64_t>(_mm512_reduce_add_epi64(_mm512_add_epi64(s0, s1)));
+  alignas(64) uint64_t v[8];
+  _mm512_store_si512(v, _mm512_add_epi64(s0, s1));
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
 }
 __attribute__((target("avx2"))) uint64_t sum_words_avx2(const char* p, size_t len) {
   __m256i s0 = _mm256_setzero_si256(), s1 = s0;
