@@ -36,13 +36,48 @@ void decode_row(const Matrix& m, int64_t r, float* out) {
 
 void* CpuBackend::alloc(size_t bytes) {
   // Large blocks come from fresh anonymous pages (glibc mmaps them), so a state sized for a long
-  // context costs memory only as positions are written.
+  // context costs memory only as positions are written. Blocks released by earlier ops are
+  // reused when the size matches: a forward pass asks for the same scratch sizes layer after
+  // layer and token after token, and a fresh mapping costs a page fault per 4 KiB on first use.
   const size_t n = (std::max<size_t>(bytes, 1) + 255) / 256 * 256;
+  {
+    std::lock_guard lk(alloc_mu_);
+    auto it = free_blocks_.find(n);
+    if (it != free_blocks_.end()) {
+      void* p = it->second;
+      free_blocks_.erase(it);
+      free_bytes_ -= n;
+      live_[p] = n;
+      return p;
+    }
+  }
   void* p = std::aligned_alloc(256, n);
   if (!p) fail("cpu backend: out of memory allocating {} bytes", bytes);
+  std::lock_guard lk(alloc_mu_);
+  live_[p] = n;
   return p;
 }
-void CpuBackend::release(void* p) { std::free(p); }
+void CpuBackend::release(void* p) {
+  if (!p) return;
+  std::lock_guard lk(alloc_mu_);
+  auto it = live_.find(p);
+  if (it == live_.end()) {  // not ours: nothing sensible to do but free it
+    std::free(p);
+    return;
+  }
+  const size_t n = it->second;
+  live_.erase(it);
+  // Keep scratch-sized blocks up to a budget; a long-context state is returned to the system.
+  if (n <= kMaxCachedBlock && free_bytes_ + n <= kMaxCachedBytes) {
+    free_blocks_.emplace(n, p);
+    free_bytes_ += n;
+  } else {
+    std::free(p);
+  }
+}
+CpuBackend::~CpuBackend() {
+  for (auto& [n, p] : free_blocks_) std::free(p);
+}
 void CpuBackend::upload(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::download(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void CpuBackend::copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }

@@ -4,6 +4,9 @@
 // cpu_qwen_ops.cpp: the qwen35moe ops).
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "compute/backend.h"
@@ -17,6 +20,9 @@ void decode_row(const Matrix& m, int64_t r, float* out);
 class CpuBackend final : public Backend {
  public:
   CpuBackend(ThreadPool* pool, CpuOptions opt) : pool_(pool), opt_(opt) {}
+  ~CpuBackend() override;
+  CpuBackend(const CpuBackend&) = delete;
+  CpuBackend& operator=(const CpuBackend&) = delete;
   const char* name() const override { return "cpu"; }
 
   void* alloc(size_t bytes) override;
@@ -98,6 +104,12 @@ class CpuBackend final : public Backend {
   const float* rope_table(std::span<const double> freqs, int64_t pos0, int64_t n_pos);
   RopeTable rope_batch_[3], rope_single_[4];
   uint64_t rope_clock_ = 0;
+  // Released blocks kept for reuse by size (alloc/release may come from several threads).
+  static constexpr size_t kMaxCachedBlock = size_t{64} << 20, kMaxCachedBytes = size_t{256} << 20;
+  std::mutex alloc_mu_;
+  std::unordered_map<void*, size_t> live_;
+  std::multimap<size_t, void*> free_blocks_;
+  size_t free_bytes_ = 0;
   ThreadPool* pool_;
   CpuOptions opt_;
   std::vector<uint8_t> act_buf_;
