@@ -976,6 +976,38 @@ float f16_finish(const uint16_t* w, const float* x, int64_t i, int64_t n, __m512
   return sum;
 }
 
+// f16_finish's fold for 16 (row, token) outputs at once when n is a multiple of 32 (no 8-element
+// steps, no tail): the same additions per output on the same operands, with the outputs of a
+// step packed into one register. c01[k], c23[k] are output k's chains; out[k] its float.
+void f16_fold16(const __m512 c01[16], const __m512 c23[16], float out[16]) {
+  __m512 s[8];
+#pragma GCC unroll 8
+  for (int m = 0; m < 8; ++m) {  // s_k = (lo8(a01) + hi8(a01)) + (lo8(a23) + hi8(a23)), k = 2m, 2m + 1
+    const __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(c01[2 * m], c01[2 * m + 1], 0x44),
+                                   _mm512_shuffle_f32x4(c01[2 * m], c01[2 * m + 1], 0xEE));
+    const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(c23[2 * m], c23[2 * m + 1], 0x44),
+                                   _mm512_shuffle_f32x4(c23[2 * m], c23[2 * m + 1], 0xEE));
+    s[m] = _mm512_add_ps(u, v);
+  }
+  __m512 h[4];
+#pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q)  // h = lo4(s) + hi4(s); 128-bit lane j of h[q] is output 4q + j
+    h[q] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0x88),
+                         _mm512_shuffle_f32x4(s[2 * q], s[2 * q + 1], 0xDD));
+  __m512 g[2];
+#pragma GCC unroll 2
+  for (int q = 0; q < 2; ++q)  // [h0 + h2, h1 + h3]; lane j: outputs 8q + j (elements 0, 1), 8q + 4 + j (2, 3)
+    g[q] = _mm512_add_ps(_mm512_shuffle_ps(h[2 * q], h[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(h[2 * q], h[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  // (h0 + h2) + (h1 + h3); element e of lane j is output j + 4e.
+  const __m512 f = _mm512_add_ps(_mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(g[0], g[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  alignas(64) float t[16];
+  _mm512_store_ps(t, f);
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) out[k] = t[4 * (k % 4) + k / 4];
+}
+
 template <int R>
 void f16_slice_rows(const uint8_t* wb, size_t ws, int64_t r0, const uint8_t* act, size_t as, int64_t t0, int64_t tn,
                     int64_t i0, int64_t i1, __m512* acc) {
@@ -1019,12 +1051,27 @@ void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, si
       for (; r + 2 <= rows; r += 2) f16_slice_rows<2>(wb, ws, r, ab, as, t0, tn, i0, i1, acc);
       if (r < rows) f16_slice_rows<1>(wb, ws, r, ab, as, t0, tn, i0, i1, acc);
     }
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < tn; ++t) {
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t t = 0;
+      if (n32 == n && n32 > 0)  // whole 32-element steps only: fold 16 tokens at a time
+        for (; t + 16 <= tn; t += 16) {
+          __m512 c01[16], c23[16];
+#pragma GCC unroll 16
+          for (int k = 0; k < 16; ++k) {
+            c01[k] = acc[(r * kF16Tokens + t + k) * 2];
+            c23[k] = acc[(r * kF16Tokens + t + k) * 2 + 1];
+          }
+          float out[16];
+          f16_fold16(c01, c23, out);
+#pragma GCC unroll 16
+          for (int k = 0; k < 16; ++k) y[(t0 + t + k) * ys + r] = out[k];
+        }
+      for (; t < tn; ++t) {
         const __m512* a = acc + (r * kF16Tokens + t) * 2;
         y[(t0 + t) * ys + r] = f16_finish(reinterpret_cast<const uint16_t*>(wb + r * ws),
                                           reinterpret_cast<const float*>(ab + (t0 + t) * as), n32, n, a[0], a[1]);
       }
+    }
   }
 }
 

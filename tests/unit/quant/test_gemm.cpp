@@ -212,7 +212,7 @@ TEST(GemmExact, F16EqualsAvx2Kernel) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int64_t n : {1, 7, 8, 31, 32, 33, 40, 100, 512, 1000}) {
     for (int64_t rows : {1, 2, 5}) {
-      for (int64_t tokens : {1, 3, 4, 6}) {
+      for (int64_t tokens : {1, 3, 4, 6, 16, 19, 40}) {  // 16+: the 16-token fold
         const size_t ws = 2 * n + 4, as = 4 * n + 12;  // padded strides
         std::vector<uint8_t> w(ws * rows), a(as * tokens);
         for (int64_t r = 0; r < rows; ++r)
