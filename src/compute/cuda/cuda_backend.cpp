@@ -116,6 +116,10 @@ class CudaBackend final : public Backend {
   std::string step_stats() const;
 
  private:
+  struct ProfPending {
+    std::string name;
+    cudaEvent_t a, b;
+  };
   // ---- decode-step graphs (backend.h) ----
   // A recorded step: its executable graph, the arena its buffers came from, its logits.
   struct StepGraph {
@@ -124,8 +128,9 @@ class CudaBackend final : public Backend {
     cuda::BlockCache::Arena arena;
     const float* logits = nullptr;
     uint64_t last_use = 0;
+    std::vector<ProfPending> prof;  // DS4_CUDA_PROFILE=graph: event pairs recorded in the graph
   };
-  static constexpr size_t kMaxStepGraphs = 4;
+  static constexpr size_t kMaxStepGraphs = 8;  // emission phases x indexer use of a few states
   // A position argument: a constant, or while recording, relative to the step's device position.
   cuda::DevPos dpos(int64_t p) const { return rec_ ? cuda::DevPos{d_step_, p - rec_pos_} : cuda::DevPos{nullptr, p}; }
   cuda::DevCount dcount(const RowCount& c) const {
@@ -184,14 +189,11 @@ class CudaBackend final : public Backend {
   void prof_begin(std::string name);
   void prof_end() noexcept;
   void prof_resolve() noexcept;  // the stream is idle: fold finished event pairs into the table
+  void prof_resolve_after_sync() noexcept;
  public:
   std::string profile_report(bool reset);
 
  private:
-  struct ProfPending {
-    std::string name;
-    cudaEvent_t a, b;
-  };
   struct ProfEntry {
     double ms = 0;
     long long calls = 0;
@@ -200,6 +202,11 @@ class CudaBackend final : public Backend {
   // DS4_CUDA_PROFILE=host: the table holds the host's time inside each op (issuing it) instead
   // of the GPU's, to find where a host-bound step spends its time.
   bool prof_host_ = false;
+  // DS4_CUDA_PROFILE=graph: step graphs stay on and their recordings hold an event pair per op,
+  // read after every replay (the table's "[step]" rows: GPU time per op inside the graph).
+  bool prof_graph_ = false;
+  const StepGraph* prof_replayed_ = nullptr;
+  cudaEvent_t step_ev_[2] = {};  // around the last replay  // launched, its events not yet read
   std::chrono::steady_clock::time_point prof_t0_;
   // DS4_CUDA_HOSTSTAT=1: host time spent issuing work between synchronizations vs waiting in
   // them (a decode step that never waits is bound by the host, not the GPU), printed at exit.
@@ -249,10 +256,11 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   const char* pe = std::getenv("DS4_CUDA_PROFILE");
   prof_ = pe && *pe && std::strcmp(pe, "0") != 0;
   prof_host_ = prof_ && std::strcmp(pe, "host") == 0;
+  prof_graph_ = prof_ && std::strcmp(pe, "graph") == 0;
   const char* hs = std::getenv("DS4_CUDA_HOSTSTAT");
   hoststat_ = hs && *hs && std::strcmp(hs, "0") != 0;
   const char* gr = std::getenv("DS4_CUDA_GRAPHS");
-  graphs_ = !prof_ && !(gr && std::strcmp(gr, "0") == 0);
+  graphs_ = (!prof_ || prof_graph_) && !(gr && std::strcmp(gr, "0") == 0);
   check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
   check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
@@ -267,6 +275,8 @@ CudaBackend::~CudaBackend() {
   step_record_abort();
   for (auto& g : graphs_by_key_) drop_step_graph(*g);
   if (step_staged_) cudaEventDestroy(step_staged_);
+  for (cudaEvent_t e : step_ev_)
+    if (e) cudaEventDestroy(e);
   if (d_step_) cudaFree(d_step_);
   if (h_step_) cudaFreeHost(h_step_);
   cuda::block_cache().trim();
@@ -334,7 +344,14 @@ void CudaBackend::prof_begin(std::string name) {
     return e;
   };
   ProfPending p{std::move(name), take(), take()};
-  check(cudaEventRecord(p.a, stream_), "cudaEventRecord(profile)");
+  // In a recording, only an external record becomes an event node the host can time.
+  check(cudaEventRecordWithFlags(p.a, stream_, rec_ ? cudaEventRecordExternal : cudaEventRecordDefault),
+        "cudaEventRecord(profile)");
+  if (rec_) {
+    p.name = "[step] " + p.name;
+    rec_graph_.prof.push_back(std::move(p));
+    return;
+  }
   prof_pending_.push_back(std::move(p));
 }
 
@@ -348,10 +365,35 @@ void CudaBackend::prof_end() noexcept {
     prof_pending_.pop_back();
     return;
   }
+  if (rec_) {
+    if (!rec_graph_.prof.empty()) cudaEventRecordWithFlags(rec_graph_.prof.back().b, stream_, cudaEventRecordExternal);
+    return;
+  }
   if (!prof_pending_.empty()) cudaEventRecord(prof_pending_.back().b, stream_);
 }
 
 void CudaBackend::prof_resolve() noexcept {
+  if (prof_replayed_) {
+    for (const auto& p : prof_replayed_->prof) {
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, p.a, p.b) == cudaSuccess) {
+        ProfEntry& e = prof_table_[p.name];
+        e.ms += ms;
+        e.calls += 1;
+      } else {
+        cudaGetLastError();
+      }
+    }
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, step_ev_[0], step_ev_[1]) == cudaSuccess) {
+      ProfEntry& e = prof_table_["[step] whole graph (launch to end)"];
+      e.ms += ms;
+      e.calls += 1;
+    } else {
+      cudaGetLastError();
+    }
+    prof_replayed_ = nullptr;
+  }
   for (auto& p : prof_pending_) {
     float ms = 0;
     if (cudaEventElapsedTime(&ms, p.a, p.b) == cudaSuccess) {
@@ -712,8 +754,8 @@ void CudaBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio
 
 void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
   if (!rec_) return Backend::compressor_emit(e, pos);
-  // Recorded: the row is computed into scratch at every position and committed on the device
-  // only where a window ends, so one graph serves every position.
+  // Recorded: the row goes to scratch and is committed where the device position says (the
+  // step graphs are keyed by the emission phase, so every replay of this one emits).
   Prof prof(this, "compressor_emit");
   if (e.ratio <= 0 || (e.lanes != 1 && e.lanes != 2)) fail("CUDA compressor_emit: ratio {}, {} lanes", e.ratio, e.lanes);
   Buffer<float> y(*this, static_cast<size_t>(e.dim));
@@ -737,11 +779,31 @@ void CudaBackend::launch_step(StepGraph& g, int64_t pos, int32_t token) {
   h_step_[1] = token;
   check(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "step inputs");
   check(cudaEventRecord(step_staged_, stream_), "cudaEventRecord(step inputs)");
+  if (prof_replayed_) prof_resolve_after_sync();
+  if (prof_graph_) {
+    if (!step_ev_[0]) {
+      check(cudaEventCreate(&step_ev_[0]), "cudaEventCreate(profile)");
+      check(cudaEventCreate(&step_ev_[1]), "cudaEventCreate(profile)");
+    }
+    check(cudaEventRecord(step_ev_[0], stream_), "cudaEventRecord(profile)");
+  }
   check(cudaGraphLaunch(g.exec, stream_), "cudaGraphLaunch(decode step)");
   g.last_use = ++use_clock_;
+  if (prof_graph_) {
+    check(cudaEventRecord(step_ev_[1], stream_), "cudaEventRecord(profile)");
+    prof_replayed_ = &g;
+  }
+}
+
+void CudaBackend::prof_resolve_after_sync() noexcept {
+  if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
+  prof_resolve();
 }
 
 void CudaBackend::drop_step_graph(StepGraph& g) noexcept {
+  if (prof_replayed_ == &g) prof_resolve_after_sync();
+  for (auto& p : g.prof) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
+  g.prof.clear();
   if (g.exec) cudaGraphExecDestroy(g.exec);
   g.exec = nullptr;
   cuda::block_cache().free_arena(g.arena);
@@ -821,6 +883,7 @@ void CudaBackend::step_record_abort() noexcept {
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
   cudaGetLastError();
   cuda::block_cache().free_arena(rec_graph_.arena);
+  for (auto& p : rec_graph_.prof) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
   rec_graph_ = StepGraph{};
 }
 

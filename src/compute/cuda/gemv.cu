@@ -442,6 +442,48 @@ __global__ void __launch_bounds__(256) k_wmatmul(const uint8_t* w, size_t row_st
   if ((threadIdx.x & 31) == 0) y[o] = v;
 }
 
+// Float weights, one activation row: a warp per output row, lane L = the CPU's FMA chain L
+// (dot_avx2_float.cpp: element i into chain i % 32, then 8-wide steps into chains 0..7, the
+// fold, then the scalar tail), 16 steps' loads in flight.
+template <class F>
+__global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                  const float* x, int64_t group_rows, float* y) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  if (o >= n_out) return;  // whole warp
+  const uint8_t* row = w + o * row_stride;
+  const float* xr = x + (group_rows > 0 ? o / group_rows * n_in : 0);
+  const int64_t n32 = n_in / 32 * 32;
+  constexpr int U = 16;
+  float a = 0.0f;
+  int64_t i = 0;
+  for (; i + 32 * U <= n32; i += 32 * U) {
+    float wv[U], xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      wv[u] = F::elem(row, i + 32 * u + lane);
+      xv[u] = __ldg(xr + i + 32 * u + lane);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) a = fmaf(wv[u], xv[u], a);
+  }
+  for (; i + 32 <= n32; i += 32) a = fmaf(F::elem(row, i + lane), __ldg(xr + i + lane), a);
+  for (; i + 8 <= n_in; i += 8)
+    if (lane < 8) a = fmaf(F::elem(row, i + lane), __ldg(xr + i + lane), a);
+  float sum = warp_fold_chains(a);
+  if (lane == 0) {
+    for (int64_t t = i; t < n_in; ++t) sum = __fadd_rn(sum, __fmul_rn(F::elem(row, t), __ldg(xr + t)));
+    y[o] = sum;
+  }
+}
+
+template <class F>
+void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group_rows, cudaStream_t s) {
+  k_wfmatmul<F><<<static_cast<unsigned>((w.n_out + 7) / 8), 256, 0, s>>>(w.data, w.row_stride, w.n_in, w.n_out, x,
+                                                                         group_rows, y);
+  check_launch("matmul (float, warp rows)");
+}
+
 template <class W>
 void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_rows, cudaStream_t s) {
   const int64_t nb = w.n_in / W::kBE;
@@ -485,6 +527,17 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     return;
   }
   const ActF af{x, x_stride};
+  static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;  // A/B
+  // Few long rows (the hyper-connection mixes: 24 x 16384) leave a warp per row latency-bound
+  // on its serial chains: the staged kernel is faster there (measured on the H200).
+  if (rows == 1 && !staged_only && w.n_out >= 1024) {
+    switch (w.type) {
+      case GgmlType::F32: launch_wfmatmul<FmtF32>(w, x, y, group_rows, stream); return;
+      case GgmlType::F16: launch_wfmatmul<FmtF16>(w, x, y, group_rows, stream); return;
+      case GgmlType::BF16: launch_wfmatmul<FmtBF16>(w, x, y, group_rows, stream); return;
+      default: break;
+    }
+  }
   switch (w.type) {
     case GgmlType::F32: launch_xmatmul<FmtF32>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
     case GgmlType::F16: launch_xmatmul<FmtF16>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
@@ -502,7 +555,6 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
       fail("CUDA matmul: activation row of {} is not a whole number of {} blocks", x_len, traits(at).name);
     Scratch buf(act_bytes(at, rows, x_len), stream);
     const ActQ aq = quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
-    static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;  // A/B
     if (rows == 1 && !staged_only) {
       const int64_t nb = w.n_in / F::kBE;
       if constexpr (std::is_same_v<F, FmtQ8_0>)

@@ -330,66 +330,68 @@ void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_
 
 constexpr int kWarpRowsPerBlock = 8;
 
-// blockIdx.y = pair p0 + y; warp = one row of gate and up.
+// blockIdx.y = pair p0 + y, blockIdx.z = 0 (gate) / 1 (up); warp = one row:
+// gu[(p*2 + z)*n_ff + o] = the CPU's dot (kPost applied). One warp per (pair, row, matrix):
+// the most independent memory streams one decode token can have.
 template <class W>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in,
                                                                         int64_t n_ff, int64_t n_expert, ActQ aq,
-                                                                        const int32_t* experts, const float* weights,
-                                                                        int64_t k, int64_t p0, float limit, float* h,
-                                                                        const uint2* grid) {
+                                                                        const int32_t* experts, int64_t k, int64_t p0,
+                                                                        float* gu, const uint2* grid) {
   __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
   const int64_t p = p0 + blockIdx.y;
+  const int z = static_cast<int>(blockIdx.z);
   if (o >= n_ff) return;  // whole warp
+  float* out = gu + (p * 2 + z) * n_ff + o;
   const int32_t e = experts[p];
   if (e < 0 || e >= n_expert) {  // the kernel cannot throw; NaN cannot pass for a result
-    if (lane == 0) h[p * n_ff + o] = __int_as_float(0x7fc00000);
+    if (lane == 0) *out = __int_as_float(0x7fc00000);
     return;
   }
-  const int nb = static_cast<int>(n_in / 256);
-  const WarpAct xa = warp_act<W>(aq, p / k, 0);
-  float gv = warp_qdot<W>(gate.data + e * gate.expert_stride + o * gate.row_stride, xa, nb, tsm[warp], grid);
-  float uv = warp_qdot<W>(up.data + e * up.expert_stride + o * up.row_stride, xa, nb, tsm[warp], grid);
-  if (lane != 0) return;
-  if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
+  const ExpertArgs& m = z == 0 ? gate : up;
+  float v = warp_qdot<W>(m.data + e * m.expert_stride + o * m.row_stride, warp_act<W>(aq, p / k, 0),
+                         static_cast<int>(n_in / 256), tsm[warp], grid);
+  if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
+  if (lane == 0) *out = v;
+}
+
+// h[p][o] = swiglu(g, u, limit) * weight[p], the CPU's operations (NaN stays NaN).
+__global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit,
+                              float* h) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs * n_ff) return;
+  const int64_t p = i / n_ff, o = i % n_ff;
+  float gv = gu[(p * 2) * n_ff + o], uv = gu[(p * 2 + 1) * n_ff + o];
   if (limit > 0.0f) {
     gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
     uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
   }
   const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
-  h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+  h[i] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
 }
 
-// blockIdx.y = token t0 + y; warp = one output row: y[t][o] = 0 + out_0 + out_1 + ... over the
-// token's slots in order (the CPU's sum), out_i = down_e . h[t*k+i]; two slots per pass.
+// blockIdx.y = pair p0 + y; warp = one output row: out[p][o] = down_e . h[p] (kPost applied);
+// k_moe_slot_sum then adds the token's slots in order.
 template <class W>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd,
                                                                      int64_t n_expert, ActQ hq, const int32_t* experts,
-                                                                     int64_t k, int64_t t0, float* y,
-                                                                     const uint2* grid) {
+                                                                     int64_t p0, float* out, const uint2* grid) {
   __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
-  const int64_t t = t0 + blockIdx.y;
+  const int64_t p = p0 + blockIdx.y;
   if (o >= n_embd) return;  // whole warp
-  for (int64_t i = 0; i < k; ++i) {
-    const int32_t e = experts[t * k + i];
-    if (e < 0 || e >= n_expert) {  // uniform over the warp
-      if (lane == 0) y[t * n_embd + o] = __int_as_float(0x7fc00000);
-      return;
-    }
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {
+    if (lane == 0) out[p * n_embd + o] = __int_as_float(0x7fc00000);
+    return;
   }
-  const int nb = static_cast<int>(n_ff / 256);
-  float acc = 0.0f;
-  for (int64_t i = 0; i < k; ++i) {
-    const int64_t p = t * k + i;
-    float v = warp_qdot<W>(down.data + experts[p] * down.expert_stride + o * down.row_stride, warp_act<W>(hq, p, 0), nb,
-                           tsm[warp], grid);
-    if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
-    acc = __fadd_rn(acc, v);
-  }
-  if (lane == 0) y[t * n_embd + o] = acc;
+  float v = warp_qdot<W>(down.data + e * down.expert_stride + o * down.row_stride, warp_act<W>(hq, p, 0),
+                         static_cast<int>(n_ff / 256), tsm[warp], grid);
+  if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
+  if (lane == 0) out[p * n_embd + o] = v;
 }
 
 template <class Fn>
@@ -422,30 +424,39 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
   {
     Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
     const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    Scratch gub(static_cast<size_t>(pairs) * 2 * static_cast<size_t>(n_ff) * sizeof(float), stream);
+    float* gu = static_cast<float*>(gub.get());
     with_warp_format(gate.first.type, [&](auto w) {
       using W = decltype(w);
       const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
       for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
-        const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+        const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY), 2);
         k_wmoe_gate_up<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(gate), expert_args(up), n_embd, n_ff,
-                                                                     gate.n_expert, aq, experts, weights, k, p0, limit,
-                                                                     h, grid);
+                                                                     gate.n_expert, aq, experts, k, p0, gu, grid);
         check_launch("moe_experts gate/up (warp rows)");
       }
     });
+    const int64_t n = pairs * n_ff;
+    k_wmoe_swiglu<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(gu, weights, pairs, n_ff, limit, h);
+    check_launch("moe_experts swiglu (warp rows)");
   }
   Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
   const ActQ haq = quantize_acts(GgmlType::Q8_K, h, pairs, n_ff, n_ff, hq.get(), stream);
+  Scratch obuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_embd) * sizeof(float), stream);
+  float* out = static_cast<float*>(obuf.get());
   with_warp_format(down.first.type, [&](auto w) {
     using W = decltype(w);
     const unsigned gx = static_cast<unsigned>((n_embd + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
-    for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
-      const dim3 g(gx, static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
+    for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+      const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
       k_wmoe_down<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(down), n_ff, n_embd, down.n_expert, haq,
-                                                                experts, k, t0, y, grid);
+                                                                experts, p0, out, grid);
       check_launch("moe_experts down (warp rows)");
     }
   });
+  const int64_t n_out = rows * n_embd;
+  k_moe_slot_sum<<<static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream>>>(out, rows, k, n_embd, y);
+  check_launch("moe_experts slot sum");
 }
 
 // Calls fn(F{}) for the format of `type`.

@@ -14,10 +14,11 @@ void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, 
                               int64_t pos, bool is_indexer) {
   const int64_t R = cs.ratio, D = cs.dim;
   be_.compressor_store(cw.ape, pos, R, cs.lanes, kvp, scp, cs.width(), cs.kv.data(), cs.score.data());
-  // The emission is issued for every token and happens on the backend when the window
-  // [pos+1-R, pos] is complete, so a recorded decode step replays it at the right positions.
+  // The window [pos+1-R, pos] is complete: pool it into the next row. Recorded decode steps
+  // are keyed by which layers emit (step_key), so a replay emits at the same phase.
   const bool emits = (pos + 1) % R == 0;
-  if (emits && cs.n_rows >= cs.capacity)
+  if (!emits) return;
+  if (cs.n_rows >= cs.capacity)
     fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs.capacity, pos);
   compute::CompressorEmit e;
   e.kv = cs.kv.data(), e.score = cs.score.data(), e.ratio = R, e.lanes = cs.lanes, e.dim = D;

@@ -59,12 +59,16 @@ FBuf Forward::layers() {
 }
 
 compute::StepKey Forward::step_key() const {
-  // What changes one token's op sequence besides the state: which layers consult the indexer
-  // (attention.cpp: once a query sees more compressed rows than top-k).
+  // What changes one token's op sequence besides the state: which layers' compressors emit a
+  // row at this position, and which consult the indexer (attention.cpp: once a query sees more
+  // compressed rows than top-k).
   uint64_t v = 1469598103934665603ull;  // FNV-1a over the per-layer flags
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
-    const bool idx = w_.layers[static_cast<size_t>(il)].has_indexer && (p0_ + 1) / hp_.ratio(il) > hp_.indexer_top_k;
-    v = (v ^ (idx ? 1u : 0u)) * 1099511628211ull;
+    const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
+    const int64_t R = hp_.ratio(il);
+    const bool emits = L.has_compressor && (p0_ + 1) % R == 0;
+    const bool idx = L.has_indexer && (p0_ + 1) / R > hp_.indexer_top_k;
+    v = (v ^ ((emits ? 1u : 0u) | (idx ? 2u : 0u))) * 1099511628211ull;
   }
   return {st_.serial, v};
 }
