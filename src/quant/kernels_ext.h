@@ -19,6 +19,8 @@ void quantize_row_q8_1(const float* src, void* dst, int64_t n);
 size_t quantize_q4_0(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 size_t quantize_q5_0(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 size_t quantize_q5_1(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+// As ggml's quantize_mxfp4 (its reference writer; ggml ignores importance weights here too).
+size_t quantize_mxfp4(const float* src, void* dst, int64_t nrows, int64_t n_per_row);
 float vec_dot_q4_0_q8_0_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_q5_0_q8_0_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_q5_1_q8_1_scalar(const void* w, const void* act, int64_t n);
@@ -54,6 +56,17 @@ float vec_dot_iq3_s_q8_K_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_iq1_s_q8_K_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_iq1_m_q8_K_scalar(const void* w, const void* act, int64_t n);
 float vec_dot_iq4_xs_q8_K_scalar(const void* w, const void* act, int64_t n);
+
+// --- iq2_writers.cpp, iq3_writers.cpp, iq1_writers.cpp: ggml's codebook writers, byte for byte
+// (search tables in iq_search.h). imatrix: n_per_row importance weights shared by all rows.
+// IQ2_XS and IQ1_S need one (ggml asserts without); the others fall back to ggml's x^2-based
+// weights when it is null. Non-finite intermediates are errors (ggml asserts or aborts).
+size_t quantize_iq2_xs(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq2_s(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq3_xxs(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq3_s(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq1_s(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
+size_t quantize_iq1_m(const float* src, void* dst, int64_t nrows, int64_t n_per_row, const float* imatrix);
 
 #if DS4_HAVE_AVX2_BUILD
 // --- dot_avx2_ext.cpp: the same floats as the scalar kernels, bit for bit ---

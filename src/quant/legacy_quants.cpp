@@ -233,6 +233,39 @@ size_t quantize_q5_1(const float* src, void* dst, int64_t nrows, int64_t n_per_r
                                     });
 }
 
+// ggml's quantize_row_mxfp4_ref: shared exponent floor(log2(amax)) - 2 (so the largest E2M1
+// value 6 covers amax), then each weight to the nearest of the 16 E2M1 values (the first on
+// ties). log2 is the C library's log2f, as in ggml. The exponent byte is ggml's float ->
+// uint8_t conversion, which on x86 truncates to int and keeps the low byte (it wraps for
+// amax < 2^-125: ggml's bytes, reproduced).
+size_t quantize_mxfp4(const float* src, void* dst, int64_t nrows, int64_t n_per_row) {
+  auto* y = static_cast<BlockMXFP4*>(dst);
+  const int64_t nb = nrows * (n_per_row / kQK32);
+  for (int64_t i = 0; i < nb; ++i) {
+    const float* x = src + kQK32 * i;
+    float amax = 0.0f;
+    for (int j = 0; j < kQK32; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(static_cast<int>(std::floor(std::log2(amax)) - 2 + 127) & 0xff) : 0;
+    const float d = e8m0_half(e);
+    auto best = [d](float v) {
+      int bi = 0;
+      float berr = std::fabs(kvalues_mxfp4[0] * d - v);
+      for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(kvalues_mxfp4[k] * d - v);
+        if (err < berr) {
+          bi = k;
+          berr = err;
+        }
+      }
+      return bi;
+    };
+    y[i].e = e;
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(best(x[j]) | (best(x[j + 16]) << 4));
+  }
+  return static_cast<size_t>(nb) * sizeof(BlockMXFP4);
+}
+
 // --- scalar dots ---
 
 float vec_dot_q4_0_q8_0_scalar(const void* w, const void* act, int64_t n) {

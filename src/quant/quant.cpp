@@ -252,11 +252,22 @@ size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, 
     case GgmlType::Q6_K: return quantize_q6_K(src, dst, nrows, n_per_row, imatrix);
     case GgmlType::IQ4_NL: return quantize_iq4_nl(src, dst, nrows, n_per_row, imatrix);
     case GgmlType::IQ4_XS: return quantize_iq4_xs(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::MXFP4: return quantize_mxfp4(src, dst, nrows, n_per_row);  // imatrix ignored, as in ggml
+    case GgmlType::IQ2_XS: return quantize_iq2_xs(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ2_S: return quantize_iq2_s(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ3_XXS: return quantize_iq3_xxs(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ3_S: return quantize_iq3_s(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ1_S: return quantize_iq1_s(src, dst, nrows, n_per_row, imatrix);
+    case GgmlType::IQ1_M: return quantize_iq1_m(src, dst, nrows, n_per_row, imatrix);
 #if DS4_HAVE_IQ2_XXS
     case GgmlType::IQ2_XXS: return quantize_iq2_xxs(src, dst, nrows, n_per_row, imatrix);
 #endif
     default: fail("quantize_rows: no encoder for type {}", name_of(type));
   }
+}
+
+bool needs_imatrix(GgmlType type) {
+  return type == GgmlType::IQ2_XXS || type == GgmlType::IQ2_XS || type == GgmlType::IQ1_S;
 }
 
 GgmlType vec_dot_type(GgmlType weight_type) {

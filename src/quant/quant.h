@@ -17,10 +17,17 @@ void dequantize_row(GgmlType type, const void* src, float* dst, int64_t n);
 // Quantizes nrows rows of n_per_row floats into dst; returns bytes written. For the block
 // formats a non-finite input or importance weight is an Error (ggml would write garbage).
 // imatrix (n_per_row importance weights, may be null) matches ggml's quant_weights argument.
-// Supports F32, F16, BF16, Q8_0 (imatrix ignored, as in ggml), Q2_K, Q4_K (null imatrix
-// selects ggml's reference writer, else its weighted one), IQ2_XXS (imatrix required).
+// Supports F32, F16, BF16, Q8_0 and MXFP4 (imatrix ignored, as in ggml); Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+// Q4_0, Q5_0, Q5_1, IQ4_NL, IQ4_XS (null imatrix selects ggml's reference writer, else its
+// weighted one); IQ2_S, IQ3_XXS, IQ3_S, IQ1_M (imatrix optional, as in ggml); IQ2_XXS,
+// IQ2_XS, IQ1_S (imatrix required, as in ggml). Q8_K / Q8_1 are activation formats
+// (quantize_activation_row).
+// needs_imatrix(type) says which ones refuse a null imatrix.
 size_t quantize_rows(GgmlType type, const float* src, void* dst, int64_t nrows, int64_t n_per_row,
                      const float* imatrix);
+
+// True for the types whose writer requires importance weights (IQ2_XXS, IQ2_XS, IQ1_S).
+bool needs_imatrix(GgmlType type);
 
 // The activation format a weight type's integer dot product expects:
 // Q8_0 -> Q8_0; Q2_K, Q4_K, IQ2_XXS -> Q8_K; F32/F16/BF16 -> F32.
