@@ -50,6 +50,7 @@ void sorted_order(const float* x, int* idx) {
 // levels to L.
 int best_neighbour(const GridSearch& g, uint32_t u, const float* x, const float* w, float scale, const float* xg,
                    int8_t* L, const char* name) {
+  if (g.map[u] == GridSearch::kUnreachable) fail("{} quantize: level outside the grid's range", name);
   const uint16_t* list = g.neighbours_of(u);
   float best = FLT_MAX;
   int gi = -1;

@@ -55,7 +55,10 @@ void build(GridSearch& g, const Entry* grid, int size, int dims, int bits, int n
       reachable = reachable && l < nlevels;
       pos[j] = 2 * l + 1;
     }
-    if (!reachable) continue;
+    if (!reachable) {
+      g.map[u] = GridSearch::kUnreachable;
+      continue;
+    }
     for (int k = 0; k < size; ++k) {
       int d2 = 0;
       for (int j = 0; j < dims; ++j) {
@@ -90,6 +93,7 @@ const GridSearch& once(GridSearch& g, std::once_flag& flag, Build b) {
 }  // namespace
 
 int GridSearch::best_neighbour(uint32_t u, const float* xval, const float* w, float scale, int8_t* L) const {
+  if (u >= map.size() || map[u] >= 0 || map[u] == kUnreachable) return -1;
   const uint16_t* list = neighbours_of(u);
   float best_d2 = FLT_MAX;
   int best = -1;

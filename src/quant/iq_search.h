@@ -11,6 +11,7 @@
 //    (distance, index) as ggml's comparator sorts them.
 // (The tables were checked once against ggml's kgrid_* index tables; the writers' byte-exact
 // tests against ggml in tests/unit/quant_ext check them in use.)
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct GridSearch {
   std::vector<float> odd;      // size * dims: 2 * level + 1 as float (ggml's search units)
   // map[u] >= 0: grid index of key u. map[u] < 0: off the grid; its list starts at
   // neighbours[-map[u] - 1] with the count, followed by that many grid indices.
+  // kUnreachable: a key with a level the writers never produce (no list).
+  static constexpr int32_t kUnreachable = INT32_MIN;
   std::vector<int32_t> map;
   std::vector<uint16_t> neighbours;
 
@@ -37,7 +40,7 @@ struct GridSearch {
   // Among the neighbours of off-grid key u, the point with the smallest weighted error
   // sum_i w_i (scale * (2 l_i + 1) - x_i)^2 (the first on ties), in ggml's float order; writes
   // its levels to L and returns its index, or -1 when no error is below FLT_MAX (non-finite
-  // intermediates, where ggml asserts).
+  // intermediates, where ggml asserts; also for a key that is on the grid or unreachable).
   int best_neighbour(uint32_t u, const float* xval, const float* w, float scale, int8_t* L) const;
   // Writes the levels of point k to l.
   void levels_of(int k, int8_t* l) const {

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -219,20 +220,24 @@ TEST_F(LlamaIqFiles, OurCodebookFilesRunInBothEnginesAlike) {
   for (const auto& c : cases) {
     const std::string q = (dir_ / (std::string(c.name) + ".gguf")).string();
     const std::string dec = (dir_ / (std::string(c.name) + "-f32.gguf")).string();
+    const auto t0 = std::chrono::steady_clock::now();
     const Made m = make_file(q, c.type);
+    const auto t1 = std::chrono::steady_clock::now();
     EXPECT_TRUE(m.types.count(std::string(ds4::traits(c.type).name))) << c.name;
     EXPECT_EQ(m.ggml_identical, m.requantized) << c.name;
     ds4::test::with_f32_tensors(q, dec, "");
     const auto o = ours(q), l = llama(q), o_dec = ours(dec), l_dec = llama(dec);
+    const auto t2 = std::chrono::steady_clock::now();
+    const auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     ASSERT_EQ(o.size(), l.size());
     const Diff direct = diff(o, l, vocab_), decoded = diff(o_dec, l_dec, vocab_);
     const Diff ours_loss = diff(o, o_dec, vocab_), llama_loss = diff(l, l_dec, vocab_);
     std::string ts;
     for (const auto& t : m.types) ts += " " + t;
     std::printf("%-8s%-28s %2d tensors ours=ggml | ours(q) vs llama(q): %s | f32 decode both: %s | ours(q) vs f32: %s | "
-                "llama(q) vs f32: %s\n",
+                "llama(q) vs f32: %s | %.1f s writing (ours + ggml), %.1f s running\n",
                 c.name, ts.c_str(), m.ggml_identical, show(direct).c_str(), show(decoded).c_str(), show(ours_loss).c_str(),
-                show(llama_loss).c_str());
+                show(llama_loss).c_str(), secs(t0, t1), secs(t1, t2));
     // Same weights decoded to f32: both engines' float paths (bound as llama_crosscheck_test).
     EXPECT_LT(decoded.max, kF32Tol) << c.name;
     EXPECT_EQ(decoded.top1, kTokens) << c.name;
