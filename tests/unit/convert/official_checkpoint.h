@@ -143,11 +143,63 @@ inline bool ends_with(const std::string& s, const std::string& suf) {
   return s.size() >= suf.size() && s.compare(s.size() - suf.size(), suf.size(), suf) == 0;
 }
 
+// The release's own tensor name for a flash_geom (transformers save_pretrained) name: no
+// "model." prefix, embed.weight, hc_head_{fn,base,scale}, attn.kv_norm (the names llama.cpp's
+// converter and DeepSeek's inference code read).
+inline std::string release_name(const std::string& n) {
+  std::string s = n.rfind("model.", 0) == 0 ? n.substr(6) : n;
+  if (s == "embed_tokens.weight") return "embed.weight";
+  if (s.rfind("hc_head.hc_", 0) == 0) return "hc_head_" + s.substr(11);
+  const std::string kv = ".attn.norm.weight";
+  if (ends_with(s, kv)) return s.substr(0, s.size() - kv.size()) + ".attn.kv_norm.weight";
+  return s;
+}
+
+// The release's config.json dialect (the legacy keys of the published Flash config:
+// compress_ratios, num_hash_layers, rope_scaling) for a transformers-dialect config.
+inline nlohmann::json release_config(const nlohmann::json& c) {
+  nlohmann::json o = nlohmann::json::object();
+  for (const char* k : {"architectures", "model_type", "vocab_size", "hidden_size", "moe_intermediate_size",
+                        "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "n_routed_experts",
+                        "n_shared_experts", "num_experts_per_tok", "max_position_embeddings", "rms_norm_eps",
+                        "q_lora_rank", "qk_rope_head_dim", "head_dim", "sliding_window", "compress_rope_theta",
+                        "o_lora_rank", "o_groups", "index_n_heads", "index_head_dim", "index_topk", "hc_mult", "hc_eps",
+                        "hc_sinkhorn_iters", "swiglu_limit", "routed_scaling_factor", "scoring_func", "norm_topk_prob",
+                        "bos_token_id", "eos_token_id", "tie_word_embeddings"})
+    o[k] = c.at(k);
+  const auto& rp = c.at("rope_parameters");
+  o["rope_theta"] = rp.at("main").at("rope_theta");
+  const auto& y = rp.at("compress");
+  o["rope_scaling"] = {{"type", "yarn"},
+                       {"factor", y.at("factor")},
+                       {"original_max_position_embeddings", y.at("original_max_position_embeddings")},
+                       {"beta_fast", y.at("beta_fast")},
+                       {"beta_slow", y.at("beta_slow")}};
+  const auto& rates = c.at("compress_rates");
+  nlohmann::json ratios = nlohmann::json::array();
+  for (const auto& t : c.at("layer_types")) {
+    const std::string ts = t.get<std::string>();
+    ratios.push_back(ts == "sliding_attention" ? 0u
+                     : ts == "compressed_sparse_attention" ? rates.at("compressed_sparse_attention").get<uint32_t>()
+                                                           : rates.at("heavily_compressed_attention").get<uint32_t>());
+  }
+  o["compress_ratios"] = ratios;
+  uint32_t hash = 0;
+  for (const auto& t : c.at("mlp_layer_types")) hash += t.get<std::string>() == "hash_moe";
+  o["num_hash_layers"] = hash;
+  o["topk_method"] = "noaux_tc";
+  return o;
+}
+
 // Reads flash_geom (f32), writes <official>/ and <reference>/ (config.json copied to both).
 // Zeroes one FP4 group and one FP8 block first, so that all-zero blocks (E8M0 byte 0) occur.
-inline void make_official_checkpoint(const std::string& src_dir, const std::string& official_dir, const std::string& ref_dir) {
+// release_layout: tensor names and config.json as the published release spells them
+// (release_name, release_config) instead of flash_geom's transformers spelling.
+inline void make_official_checkpoint(const std::string& src_dir, const std::string& official_dir, const std::string& ref_dir,
+                                     bool release_layout = false) {
   namespace fs = std::filesystem;
   auto src = ds4::convert::SafetensorsFile::open(src_dir + "/model.safetensors");
+  auto rename = [release_layout](const std::string& n) { return release_layout ? release_name(n) : n; };
   Ckpt off, ref;
   for (const auto& t : src.tensors()) {
     CkptTensor raw{std::string(ds4::convert::st_dtype_name(t.dtype)), t.shape, std::vector<uint8_t>(t.bytes.begin(), t.bytes.end())};
@@ -157,9 +209,10 @@ inline void make_official_checkpoint(const std::string& src_dir, const std::stri
                       ends_with(n, "attn.wo_a.weight") || ends_with(n, "attn.wo_b.weight") || ends_with(n, "indexer.wq_b.weight") ||
                       n.find("shared_experts.") != std::string::npos);
     const bool fp4 = t.shape.size() == 2 && t.dtype == ds4::convert::StDtype::F32 && n.find(".ffn.experts.") != std::string::npos;
+    const std::string out_name = rename(n);
     if (!fp8 && !fp4) {
-      off[n] = raw;
-      ref[n] = raw;
+      off[out_name] = raw;
+      ref[out_name] = raw;
       continue;
     }
     auto x = as_floats(raw);
@@ -167,20 +220,26 @@ inline void make_official_checkpoint(const std::string& src_dir, const std::stri
     if (n == "model.layers.0.ffn.experts.1.w1.weight")
       for (uint64_t c = 32; c < 64; ++c) x[3 * in + c] = 0.f;  // one all-zero FP4 group
     if (n == "model.layers.2.attn.wo_b.weight") std::fill(x.begin(), x.end(), 0.f);  // an all-zero FP8 block
-    const std::string base = n.substr(0, n.size() - std::string(".weight").size());
+    const std::string base = out_name.substr(0, out_name.size() - std::string(".weight").size());
     CkptTensor w, s;
     std::vector<float> dec;
     if (fp8)
       to_fp8(x, out, in, &w, &s, &dec);
     else
       to_fp4(x, out, in, &w, &s, &dec);
-    off[n] = w;
+    off[out_name] = w;
     off[base + ".scale"] = s;
-    ref[n] = f32_tensor({out, in}, dec);
+    ref[out_name] = f32_tensor({out, in}, dec);
   }
   for (const auto& [dir, ts] : {std::pair{official_dir, &off}, std::pair{ref_dir, &ref}}) {
+    if (dir.empty()) continue;
     fs::create_directories(dir);
-    fs::copy_file(src_dir + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+    if (release_layout) {
+      std::ifstream in(src_dir + "/config.json");
+      std::ofstream(dir + "/config.json") << release_config(nlohmann::json::parse(in)).dump(2) << "\n";
+    } else {
+      fs::copy_file(src_dir + "/config.json", dir + "/config.json", fs::copy_options::overwrite_existing);
+    }
     write_ckpt(dir + "/model.safetensors", *ts);
   }
 }

@@ -145,6 +145,34 @@ TEST_F(OfficialCheckpoint, Mxfp4MoeRepacksExpertsLosslessly) {
   EXPECT_GT(others, 50);
 }
 
+// The same checkpoint spelled as the release spells it (tensor names without "model.",
+// embed.weight, hc_head_*, attn.kv_norm; config.json with compress_ratios, num_hash_layers,
+// rope_scaling), as ds4_make_official_checkpoint writes it for llama.cpp's converter
+// (scripts/device/convert_compare.sh), converts to the same tensors, byte for byte, and the
+// same deepseek4.* metadata.
+TEST_F(OfficialCheckpoint, ReleaseSpellingConvertsIdentically) {
+  ds4::test::make_official_checkpoint(std::string(DS4_FIXTURES_DIR) + "/deepseek4/flash_geom", (dir_ / "release").string(),
+                                      "", /*release_layout=*/true);
+  const auto a = ds4::gguf::File::open(convert("official", ds4::convert::Recipe::Mxfp4Moe, "a_mxfp4.gguf"));
+  const auto b = ds4::gguf::File::open(convert("release", ds4::convert::Recipe::Mxfp4Moe, "b_mxfp4.gguf"));
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (const auto& t : a.tensors()) {
+    const auto* r = b.find_tensor(t.name);
+    ASSERT_NE(r, nullptr) << t.name;
+    EXPECT_EQ(t.type, r->type) << t.name;
+    EXPECT_TRUE(same_bytes(t, *r)) << t.name;
+  }
+  int keys = 0;
+  for (const auto& kv : a.metadata()) {
+    if (kv.key.rfind("deepseek4.", 0) != 0) continue;
+    const auto* o = b.find(kv.key);
+    ASSERT_NE(o, nullptr) << kv.key;
+    EXPECT_TRUE(kv.value == *o) << kv.key;
+    ++keys;
+  }
+  EXPECT_GT(keys, 20);
+}
+
 // The mxfp4-moe GGUF runs. Its float reference is our engine on its own exact f32 decode
 // (decoded by our decoders, bit-exact with ggml's); llama.cpp runs that f32 decode too and must
 // agree with ours as in llama_crosscheck_test. The quantized run differs from the reference by
