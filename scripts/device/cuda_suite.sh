@@ -3,8 +3,9 @@
 #   1. kernel checks (GEMV/MoE, every backend op vs the CPU backend)
 #   2. parity (tests/cuda/test_cuda_parity: fixtures vs transformers, CUDA vs CPU, demo text)
 #   3. speed: a synthetic 43-layer Flash q2 file in /dev/shm, ds4-bench decode/prefill at the
-#      given contexts on CUDA (BENCH_CTX, default "2048"), with per-op times (DS4_CUDA_PROFILE)
-# Prints one short table at the end; logs under $OUT. STAGES="checks parity bench" selects.
+#      given contexts on CUDA (BENCH_CTX, default "2048"), step graphs on (DS4_CUDA_PROFILE=1: per-op times, no graphs)
+#   4. profile: per-op GPU time inside the replayed decode-step graph (PROFILE_CTX, default 2048)
+# Prints one short table at the end; logs under $OUT. STAGES="checks parity bench profile" selects.
 set -uo pipefail
 # DS4_ROOT: the checkout (fixtures, demo model); DS4_DEVRUN: the packed binaries.
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -52,12 +53,25 @@ if stage bench; then
   t1=$(date +%s)
   summary+=("synth flash-q2 43 layers: $(du -h $F | cut -f1) in $((t1 - t0)) s")
   for ctx in $BENCH_CTX; do
-    DS4_CUDA_PROFILE=${DS4_CUDA_PROFILE:-1} timeout ${BENCH_TIMEOUT:-300} "$B/ds4-bench" -m $F --backend cuda \
+    DS4_CUDA_PROFILE=${DS4_CUDA_PROFILE:-0} DS4_CUDA_HOSTSTAT=1 timeout ${BENCH_TIMEOUT:-300} "$B/ds4-bench" -m $F --backend cuda \
       --ctx-start $ctx --ctx-max $ctx --gen-tokens ${GEN_TOKENS:-64} --csv "$OUT/bench_$ctx.csv" > "$OUT/bench_$ctx.log" 2>&1
     rc=$?
     tail -40 "$OUT/bench_$ctx.log"
     summary+=("bench ctx $ctx rc=$rc: $(tail -1 "$OUT/bench_$ctx.csv" 2>/dev/null)")
   done
+fi
+
+# Per-op GPU time inside the replayed decode-step graph (DS4_CUDA_PROFILE=graph: an event
+# pair per op recorded into the graph; the events themselves add ~3 us per op, so small ops
+# read high: compare with the whole-graph row and with the plain run above).
+if stage profile; then
+  F=/dev/shm/flash-q2.gguf
+  [ -f $F ] || "$B/ds4-gguf" synth --preset flash-q2 --out $F > "$OUT/synth.log" 2>&1
+  ctx=${PROFILE_CTX:-2048}
+  DS4_CUDA_PROFILE=graph timeout ${BENCH_TIMEOUT:-300} "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx \
+    --ctx-max $ctx --gen-tokens 16 > "$OUT/profile_$ctx.log" 2>&1
+  grep -E '\[step\]|  op ' "$OUT/profile_$ctx.log" | head -${PROFILE_LINES:-45}
+  summary+=("profile ctx $ctx: $(grep 'whole graph' "$OUT/profile_$ctx.log" | awk '{print $(NF-1) " us per step (with event nodes)"}')")
 fi
 
 echo "==== summary ($(( $(date +%s) - t_all )) s) ===="

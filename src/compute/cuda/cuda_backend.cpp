@@ -756,7 +756,7 @@ void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
   if (!rec_) return Backend::compressor_emit(e, pos);
   // Recorded: the row goes to scratch and is committed where the device position says (the
   // step graphs are keyed by the emission phase, so every replay of this one emits).
-  Prof prof(this, "compressor_emit");
+  // (No profile scope of its own: the ops below are timed one by one.)
   if (e.ratio <= 0 || (e.lanes != 1 && e.lanes != 2)) fail("CUDA compressor_emit: ratio {}, {} lanes", e.ratio, e.lanes);
   Buffer<float> y(*this, static_cast<size_t>(e.dim));
   compressor_pool(e.kv, e.score, e.ratio, e.lanes, e.dim, y.data());
