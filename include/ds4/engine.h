@@ -66,6 +66,17 @@ struct EngineOptions {
   std::string dir_steering_file;
   float dir_steering_attn = 0;
   float dir_steering_ffn = 0;
+
+  // Model analysis (DeepSeek V4, resident experts; see compute/analysis_backend.h). Each
+  // session's backend is wrapped in an observing decorator only when one of these is set, so an
+  // engine without them runs exactly as before. collect_imatrix: per weight tensor (per routed
+  // expert), the sum of squared inputs per column and the row count, over every evaluation of
+  // every session (Engine::write_imatrix). collect_expert_profile: per layer and expert, how
+  // often it is selected and its routing-weight sum (Engine::write_expert_profile). prune_mask:
+  // a mask from `ds4-gguf prune` for this model; its experts never win routing.
+  bool collect_imatrix = false;
+  bool collect_expert_profile = false;
+  std::string prune_mask;
 };
 
 // Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
@@ -136,6 +147,17 @@ class Engine : public std::enable_shared_from_this<Engine> {
   // lines; "" when the model runs resident. Safe to call from any thread.
   std::string expert_stats() const;
   std::optional<ExpertCounters> expert_counters() const;  // nullopt when resident
+
+  // Analysis output (EngineOptions::collect_*), written atomically (temporary file + rename):
+  // llama.cpp's GGUF imatrix format with the given metadata, and the expert profile JSON.
+  // Throws ds4::Error when that collection is off or the write fails. Safe from any thread.
+  void write_imatrix(const std::string& path, const std::vector<std::string>& datasets, uint32_t chunk_count,
+                     uint32_t chunk_size) const;
+  void write_expert_profile(const std::string& path) const;
+  // Tokens the analysis has seen (each token once, however many layers); 0 when off.
+  uint64_t analysis_tokens() const;
+  // "" without a prune mask, else e.g. "prune mask m.json: 12 experts (keep-fraction 0.5 ...)".
+  std::string prune_description() const;
 
   // A fresh, empty session (position 0). Throws ds4::Error when options are invalid.
   std::unique_ptr<Session> new_session() const;

@@ -146,6 +146,11 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
   impl->experts = std::move(ss.provider);
   impl->plan.expert_streaming = ss.describe;
   mo.experts = impl->experts.get();
+  const bool analyse = o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty();
+  if (analyse && impl->experts)
+    fail("--imatrix-out, --expert-profile-out and --prune-mask need resident experts (not --ssd-streaming)");
+  // Built before the File moves into the Model: its tensor pointers stay valid across the move.
+  impl->analysis = session::make_analysis(file, hp_preview, o.collect_imatrix, o.collect_expert_profile, o.prune_mask);
   impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
 
   const auto& hp = impl->model->hparams();
@@ -191,6 +196,8 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
     if (o.backend != "cpu")
       fail("{}: qwen35moe runs on the CPU backend only so far (backend '{}')", o.model_path, o.backend);
     if (o.ssd_streaming) fail("{}: expert streaming is not available for qwen35moe yet", o.model_path);
+    if (o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty())
+      fail("{}: imatrix collection, expert profiles and prune masks are implemented for deepseek4 only", o.model_path);
     const auto hp_preview = model::qwen35moe::HParams::from_gguf(file);
     in.n_ctx_train = hp_preview.context_length;
     in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
@@ -283,5 +290,38 @@ bool Engine::is_stop_token(int32_t id) const {
 }
 
 std::unique_ptr<Session> Engine::new_session() const { return new_session(SessionOptions{}); }
+
+void Engine::write_imatrix(const std::string& path, const std::vector<std::string>& datasets, uint32_t chunk_count,
+                           uint32_t chunk_size) const {
+  if (!impl_->analysis || !impl_->analysis->cfg->imatrix) fail("write_imatrix: imatrix collection is off");
+  quantize::Imatrix m = session::to_imatrix(*impl_->analysis);
+  if (m.entries.empty()) fail("{}: no statistics collected yet (nothing was evaluated)", path);
+  m.datasets = datasets;
+  m.chunk_count = chunk_count;
+  m.chunk_size = chunk_size;
+  quantize::write_imatrix(path, m);
+}
+
+void Engine::write_expert_profile(const std::string& path) const {
+  if (!impl_->analysis || !impl_->analysis->cfg->profile) fail("write_expert_profile: expert profile collection is off");
+  quantize::write_profile(path, session::to_profile(*impl_->analysis));
+}
+
+uint64_t Engine::analysis_tokens() const {
+  if (!impl_->analysis) return 0;
+  std::lock_guard<std::mutex> lk(impl_->analysis->stats->mu);
+  uint64_t n = impl_->analysis->stats->tokens;
+  if (n == 0)  // imatrix only: the output head sees every token once
+    for (size_t i = 0; i < impl_->analysis->stats->names.size(); ++i)
+      if (impl_->analysis->stats->names[i] == "output.weight" && !impl_->analysis->stats->entries[i].counts.empty())
+        n = static_cast<uint64_t>(impl_->analysis->stats->entries[i].counts[0]);
+  return n;
+}
+
+std::string Engine::prune_description() const {
+  if (!impl_->analysis || impl_->analysis->prune_method.empty()) return "";
+  return fmt::format("prune mask {}: {} experts removed from routing ({})", impl_->options.prune_mask,
+                     impl_->analysis->pruned_experts, impl_->analysis->prune_method);
+}
 
 }  // namespace ds4

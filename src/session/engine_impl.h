@@ -10,6 +10,7 @@
 #include "ds4/engine.h"
 #include "model/deepseek4/model.h"
 #include "model/qwen35moe/model.h"
+#include "session/analysis.h"
 #include "session/steering.h"
 #include "stream/provider.h"
 
@@ -31,6 +32,7 @@ struct Engine::Impl {
   // Device backends hold the weights once: every session shares this instance (null: each
   // session makes its own CPU backend over `pool`).
   std::unique_ptr<compute::Backend> shared_backend;
+  std::unique_ptr<session::Analysis> analysis;  // null: no analysis requested (sessions run unwrapped)
   // One CPU pool serves every session: their evaluations take turns.
   mutable std::mutex compute_mu;
 };

@@ -37,6 +37,11 @@ std::unique_ptr<Session> Engine::new_session(const SessionOptions& o) const {
     s->own_backend = compute::make_cpu_backend(impl_->pool.get());
     s->backend = s->own_backend.get();
   }
+  if (impl_->analysis) {
+    s->analysis_backend =
+        std::make_unique<compute::AnalysisBackend>(*s->backend, impl_->analysis->stats, impl_->analysis->cfg);
+    s->backend = s->analysis_backend.get();
+  }
   s->fresh_state();
   return std::unique_ptr<Session>(new Session(std::move(s)));
 }

@@ -28,6 +28,7 @@ struct Session::Impl {
   int64_t n_ctx = 0;
   compute::Backend* backend = nullptr;           // own_backend, or the engine's shared one (CUDA)
   std::unique_ptr<compute::Backend> own_backend;
+  std::unique_ptr<compute::Backend> analysis_backend;  // wraps the one above (EngineOptions::collect_*)
   model::deepseek4::State state;    // DeepSeek V4 engines
   model::qwen35moe::State qstate;   // qwen35moe engines
   Sampler sampler;

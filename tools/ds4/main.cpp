@@ -75,6 +75,19 @@ int main(int argc, char** argv) {
                  "scale A: A*v is added after the attention sublayer of each covered layer (default 0)");
   st->add_option("--dir-steering-ffn", opts.dir_steering_ffn,
                  "scale B: B*v is added after the FFN sublayer of each covered layer (default 0)");
+  auto* an = app.add_option_group("Model analysis");
+  an->add_option("--imatrix-out", opts.imatrix_out,
+                 "collect an importance matrix (llama.cpp GGUF imatrix format) and write it here");
+  an->add_option("--imatrix-data", opts.imatrix_data,
+                 "offline collection over a text file or PROMPTS.jsonl (one {\"prompt\": ...} per line) in chunks");
+  an->add_option("--imatrix-chunk", opts.imatrix_chunk, "tokens per chunk (each chunk starts a fresh context)")
+      ->capture_default_str();
+  an->add_option("--imatrix-checkpoint", opts.imatrix_checkpoint, "write the files every N chunks (0: only at the end)")
+      ->capture_default_str();
+  an->add_option("--imatrix-max-chunks", opts.imatrix_max_chunks, "stop after N chunks (0: all)");
+  an->add_option("--expert-profile-out", opts.expert_profile_out,
+                 "count per layer and expert its selections and routing-weight mass; write JSON here");
+  an->add_option("--prune-mask", opts.prune_mask, "remove the experts of this mask (ds4-gguf prune) from routing");
   ds4::tools::add_chat_flags(app, chat);
   app.footer(
       "Modes: --tokens IDS --dump-logits OUT evaluates token ids and writes their logits; -p/--prompt-file\n"
@@ -87,9 +100,12 @@ int main(int argc, char** argv) {
   }
   try {
     opts.act_quant_sim = sim_arg == "on";
+    if (!opts.imatrix_data.empty()) return ds4::tools::run_collect(opts);
     if (opts.dump_logits_path.empty() && tokens_arg.empty()) return ds4::tools::run_chat_cli(opts, chat);
     if (opts.dump_logits_path.empty()) ds4::fail("--tokens needs --dump-logits OUT");
     if (!opts.dir_steering_file.empty()) ds4::fail("--dir-steering-file applies to chat and generation, not --dump-logits");
+    if (!opts.imatrix_out.empty() || !opts.expert_profile_out.empty() || !opts.prune_mask.empty())
+      ds4::fail("--imatrix-out, --expert-profile-out and --prune-mask apply to chat, generation and --imatrix-data");
     if (tokens_arg.empty()) ds4::fail("--dump-logits needs --tokens");
     opts.tokens = parse_token_list(tokens_arg);
     ds4::tools::run_dump_logits(opts);

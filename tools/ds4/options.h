@@ -24,6 +24,11 @@ struct Ds4Options {
   std::string dir_steering_file;
   float dir_steering_attn = 0, dir_steering_ffn = 0;
 
+  // Model analysis (EngineOptions::collect_*, prune_mask): offline collection over
+  // --imatrix-data in chunks (collect.cpp), or during chat / generation (written at exit).
+  std::string imatrix_out, imatrix_data, expert_profile_out, prune_mask;
+  int64_t imatrix_chunk = 256, imatrix_checkpoint = 10, imatrix_max_chunks = 0;
+
   // Logits dump (architecture.md §3).
   std::vector<int32_t> tokens;
   std::string dump_logits_path;
@@ -33,5 +38,7 @@ struct Ds4Options {
 // Evaluates opts.tokens and writes [n_tokens][n_vocab] little-endian f32 to
 // opts.dump_logits_path. Throws ds4::Error on failure.
 void run_dump_logits(const Ds4Options& opts);
+// Offline imatrix / expert-profile collection over opts.imatrix_data. Returns the exit status.
+int run_collect(const Ds4Options& opts);
 
 }  // namespace ds4::tools

@@ -89,7 +89,30 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   eo.dir_steering_file = c.dir_steering_file;
   eo.dir_steering_attn = c.dir_steering_attn;
   eo.dir_steering_ffn = c.dir_steering_ffn;
+  eo.collect_imatrix = !c.imatrix_out.empty();
+  eo.collect_expert_profile = !c.expert_profile_out.empty();
+  eo.prune_mask = c.prune_mask;
   auto engine = Engine::open(eo);
+  if (auto d = engine->prune_description(); !d.empty()) fmt::print(stderr, "{}\n", d);
+  // Analysis collected while chatting is written when the mode returns (also after an error).
+  struct WriteAtExit {
+    const std::shared_ptr<const Engine>& e;
+    const Ds4Options& c;
+    ~WriteAtExit() {
+      try {
+        if (!c.imatrix_out.empty() && e->analysis_tokens() > 0) {
+          e->write_imatrix(c.imatrix_out, {"ds4 chat"}, 1, static_cast<uint32_t>(e->info().n_ctx));
+          fmt::print(stderr, "wrote {}\n", c.imatrix_out);
+        }
+        if (!c.expert_profile_out.empty()) {
+          e->write_expert_profile(c.expert_profile_out);
+          fmt::print(stderr, "wrote {}\n", c.expert_profile_out);
+        }
+      } catch (const std::exception& x) {
+        fmt::print(stderr, "ds4: error: {}\n", x.what());
+      }
+    }
+  } write_at_exit{engine, c};
   if (!c.verbose && !engine->memory_plan().expert_streaming.empty())
     fmt::print(stderr, "{}\n", engine->memory_plan().expert_streaming);
   const auto& info = engine->info();
