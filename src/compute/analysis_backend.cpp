@@ -126,7 +126,12 @@ void AnalysisBackend::moe_route(const float* logits, const int32_t* tokens, int6
     c[static_cast<size_t>(e)] += 1;
     m[static_cast<size_t>(e)] += wt[i];
   }
-  if (layer == 0) stats_->tokens += static_cast<uint64_t>(rows);
+}
+
+void AnalysisBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) {
+  inner_.embed(table, tokens, rows, copies, X);
+  std::lock_guard<std::mutex> lk(stats_->mu);
+  stats_->tokens += static_cast<uint64_t>(std::max<int64_t>(rows, 0));
 }
 
 void AnalysisBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,

@@ -47,7 +47,7 @@ struct AnalysisStats {
   std::vector<Entry> entries;
   // Expert profile: [layer][expert].
   int64_t n_layer = 0, n_expert = 0;
-  uint64_t tokens = 0;
+  uint64_t tokens = 0;  // rows embedded: each evaluated token once
   std::vector<std::vector<uint64_t>> count;
   std::vector<std::vector<double>> weight;
 };
@@ -99,9 +99,8 @@ class AnalysisBackend final : public Backend {
     inner_.swiglu(g, u, rows, n, limit, weights, h);
   }
   void add(float* y, const float* x, int64_t n) override { inner_.add(y, x, n); }
-  void embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) override {
-    inner_.embed(table, tokens, rows, copies, X);
-  }
+  // Counts the tokens evaluated (AnalysisStats::tokens).
+  void embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) override;
   void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
               float* comb) override {
     inner_.hc_pre(X, mix, rows, p, x_in, post, comb);

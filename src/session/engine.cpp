@@ -310,12 +310,7 @@ void Engine::write_expert_profile(const std::string& path) const {
 uint64_t Engine::analysis_tokens() const {
   if (!impl_->analysis) return 0;
   std::lock_guard<std::mutex> lk(impl_->analysis->stats->mu);
-  uint64_t n = impl_->analysis->stats->tokens;
-  if (n == 0)  // imatrix only: the output head sees every token once
-    for (size_t i = 0; i < impl_->analysis->stats->names.size(); ++i)
-      if (impl_->analysis->stats->names[i] == "output.weight" && !impl_->analysis->stats->entries[i].counts.empty())
-        n = static_cast<uint64_t>(impl_->analysis->stats->entries[i].counts[0]);
-  return n;
+  return impl_->analysis->stats->tokens;
 }
 
 std::string Engine::prune_description() const {
