@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
+#include <functional>
+#include <mutex>
 #include <cstdio>
 #include <fstream>
 #include <optional>
@@ -45,6 +48,14 @@ int main(int argc, char** argv) {
   app.add_option("--dir-steering-file", eo.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
   app.add_option("--dir-steering-attn", eo.dir_steering_attn, "steering scale after attention sublayers (default 0)");
   app.add_option("--dir-steering-ffn", eo.dir_steering_ffn, "steering scale after FFN sublayers (default 0)");
+  std::string imatrix_out, profile_out;
+  int64_t flush_s = 60;
+  app.add_option("--imatrix-out", imatrix_out,
+                 "collect an importance matrix from the traffic (llama.cpp GGUF imatrix format) into this file");
+  app.add_option("--expert-profile-out", profile_out, "collect the expert profile from the traffic into this file");
+  app.add_option("--imatrix-flush-s", flush_s, "write the collected files every N seconds (and at shutdown)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--prune-mask", eo.prune_mask, "remove the experts of this mask (ds4-gguf prune) from routing");
   app.add_option("--host", so.host, "address to bind (loopback by default)")->capture_default_str();
   app.add_option("--port", so.port, "TCP port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
@@ -118,7 +129,51 @@ int main(int argc, char** argv) {
 
   try {
     eo.ctx_size = ctx;
+    eo.collect_imatrix = !imatrix_out.empty();
+    eo.collect_expert_profile = !profile_out.empty();
     auto engine = ds4::Engine::open(eo);
+    if (auto d = engine->prune_description(); !d.empty()) fmt::print(stderr, "ds4-server: {}\n", d);
+    // Live analysis: a thread writes the files every --imatrix-flush-s seconds when new tokens
+    // were evaluated, and once more at shutdown (each write is atomic: temporary file + rename).
+    std::mutex flush_mu;
+    std::condition_variable flush_cv;
+    bool flush_stop = false;
+    uint64_t flushed_tokens = 0;
+    auto flush = [&] {
+      const uint64_t n = engine->analysis_tokens();
+      if (n == flushed_tokens) return;
+      try {
+        if (!imatrix_out.empty())
+          engine->write_imatrix(imatrix_out, {"ds4-server traffic"}, static_cast<uint32_t>((n + 511) / 512), 512);
+        if (!profile_out.empty()) engine->write_expert_profile(profile_out);
+        flushed_tokens = n;
+      } catch (const std::exception& e) {
+        fmt::print(stderr, "ds4-server: analysis flush failed: {}\n", e.what());
+      }
+    };
+    std::thread flusher;
+    if (eo.collect_imatrix || eo.collect_expert_profile)
+      flusher = std::thread([&] {
+        std::unique_lock<std::mutex> lk(flush_mu);
+        while (!flush_cv.wait_for(lk, std::chrono::seconds(flush_s), [&] { return flush_stop; })) flush();
+      });
+    struct StopFlusher {
+      std::thread& t;
+      std::mutex& mu;
+      std::condition_variable& cv;
+      bool& stop;
+      std::function<void()> last;
+      ~StopFlusher() {
+        if (!t.joinable()) return;
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          stop = true;
+        }
+        cv.notify_all();
+        t.join();
+        last();
+      }
+    } stop_flusher{flusher, flush_mu, flush_cv, flush_stop, flush};
     if (!engine->info().has_tokenizer) ds4::fail("{}: the model has no tokenizer", eo.model_path);
     std::optional<ds4::server::DebugScript> script;
     if (!debug_script_path.empty()) script = ds4::server::DebugScript::load(debug_script_path);
@@ -152,7 +207,14 @@ int main(int argc, char** argv) {
         "# HELP ds4_steering_layers Layers the steering file covers (0: no file).\n"
         "# TYPE ds4_steering_layers gauge\nds4_steering_layers {}\n",
         eo.dir_steering_attn, eo.dir_steering_ffn, info.steering_layers);
-    metrics.set_extra([&model, steering_lines] { return model->prometheus() + steering_lines; });
+    const bool analysing = eo.collect_imatrix || eo.collect_expert_profile;
+    metrics.set_extra([&model, steering_lines, analysing, &engine] {
+      std::string s = model->prometheus() + steering_lines;
+      if (analysing)
+        s += fmt::format("# HELP ds4_analysis_tokens Tokens counted by the live imatrix / expert profile.\n"
+                         "# TYPE ds4_analysis_tokens counter\nds4_analysis_tokens {}\n", engine->analysis_tokens());
+      return s;
+    });
     ds4::server::WorkerOptions wo;
     wo.max_queue = max_queue;
     wo.debug_prefill_delay_ms = prefill_delay_ms;
