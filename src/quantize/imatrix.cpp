@@ -16,6 +16,22 @@ std::vector<float> Imatrix::weights(const std::string& tensor, int64_t mat, int6
   auto it = entries.find(tensor);
   if (it == entries.end()) return {};
   const ImatrixEntry& e = it->second;
+  // llama-imatrix stores a grouped projection (DeepSeek V4's attn_output_a: G groups of rows,
+  // each multiplying its own slice of the input) as one matrix of G * ne0 columns, the slices
+  // side by side, with one count per token. The columns of the weight see every slice, so the
+  // importance of column j is the mean over all slices: fold them.
+  if (n_mat == 1 && e.n_mat() == 1 && e.ne0 > ne0 && e.ne0 % ne0 == 0) {
+    const int64_t groups = e.ne0 / ne0;
+    std::vector<float> w(static_cast<size_t>(ne0), 1.0f);
+    const float count = static_cast<float>(e.counts[0] * static_cast<double>(groups));
+    if (count > 0)
+      for (int64_t j = 0; j < ne0; ++j) {
+        double s = 0;
+        for (int64_t g = 0; g < groups; ++g) s += static_cast<float>(e.sums[static_cast<size_t>(g * ne0 + j)]);
+        w[static_cast<size_t>(j)] = static_cast<float>(s) / count;
+      }
+    return w;
+  }
   if (e.ne0 != ne0 || e.n_mat() != n_mat)
     fail("imatrix entry {} is [{}, {}] but the tensor has {} columns and {} matrices (an imatrix of another model?)",
          tensor, e.ne0, e.n_mat(), ne0, n_mat);
@@ -50,8 +66,12 @@ void write_imatrix(const std::string& path, const Imatrix& m) {
   for (const auto& [name, e] : m.entries) {
     if (name.size() + kSums.size() > gguf::Limits::max_tensor_name)
       fail("{}: tensor name {}{} is longer than {} characters", path, name, kSums, gguf::Limits::max_tensor_name);
-    w.add_tensor(name + std::string(kSums), GgmlType::F32, {static_cast<uint64_t>(e.ne0), static_cast<uint64_t>(e.n_mat())});
-    w.add_tensor(name + std::string(kCounts), GgmlType::F32, {1, static_cast<uint64_t>(e.n_mat())});
+    // Trailing dimensions of 1 are dropped, as ggml's GGUF writer does: [ne0] and [1] for a
+    // 2-D weight, [ne0, n_mat] and [1, n_mat] for routed experts.
+    const uint64_t nm = static_cast<uint64_t>(e.n_mat());
+    w.add_tensor(name + std::string(kSums), GgmlType::F32,
+                 nm == 1 ? std::vector<uint64_t>{static_cast<uint64_t>(e.ne0)} : std::vector<uint64_t>{static_cast<uint64_t>(e.ne0), nm});
+    w.add_tensor(name + std::string(kCounts), GgmlType::F32, nm == 1 ? std::vector<uint64_t>{1} : std::vector<uint64_t>{1, nm});
   }
   w.write_header();
   for (const auto& [name, e] : m.entries) {

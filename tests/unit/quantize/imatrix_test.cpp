@@ -104,6 +104,22 @@ TEST(Imatrix, GgmlReaderSeesLlamaCppLayout) {
   auto f = gguf::File::open(p);
   EXPECT_EQ(f.find_tensor("blk.0.ffn_up_exps.weight.in_sum2")->ne, (std::vector<uint64_t>{2, 3}));
   EXPECT_EQ(f.find_tensor("blk.0.ffn_up_exps.weight.counts")->ne, (std::vector<uint64_t>{1, 3}));
+  // A 2-D weight's entry is 1-D, as llama-imatrix writes it (ggml drops trailing 1 dims).
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q_a.weight.in_sum2")->ne, (std::vector<uint64_t>{4}));
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q_a.weight.counts")->ne, (std::vector<uint64_t>{1}));
+}
+
+// llama-imatrix's layout for a grouped projection: G slices side by side, one count per token.
+TEST(Imatrix, FoldsLlamaCppGroupedEntries) {
+  Imatrix m;
+  ImatrixEntry e;
+  e.ne0 = 6;  // 2 groups of 3 columns
+  e.sums = {1, 2, 3, 5, 6, 7};
+  e.counts = {2};
+  m.entries["blk.0.attn_output_a.weight"] = e;
+  // Column j: (sum over both slices) / (2 tokens x 2 slices).
+  EXPECT_EQ(m.weights("blk.0.attn_output_a.weight", 0, 3, 1), (std::vector<float>{1.5f, 2.0f, 2.5f}));
+  EXPECT_NE(error_of([&] { m.weights("blk.0.attn_output_a.weight", 0, 4, 1); }).find("another model"), std::string::npos);
 }
 
 TEST(Imatrix, BadFiles) {
