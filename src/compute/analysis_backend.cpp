@@ -85,6 +85,14 @@ void AnalysisBackend::matmul(const Matrix& w, const float* x, int64_t rows, floa
   host_.resize(static_cast<size_t>((rows - 1) * xs + w.n_in));
   inner_.download(host_.data(), x, host_.size() * sizeof(float));
   const int64_t mat = kw.n_mat > 1 ? static_cast<int64_t>((w.data - kw.data) / (kw.bytes / kw.n_mat)) : 0;
+  if (kw.rms_normalized_input)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* xr = host_.data() + r * xs;
+      double ss = 0;
+      for (int64_t j = 0; j < w.n_in; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(w.n_in) + kw.rms_eps));
+      for (int64_t j = 0; j < w.n_in; ++j) xr[j] *= inv;
+    }
   observe_rows(wi, mat, host_.data(), rows, xs, 1);
 }
 

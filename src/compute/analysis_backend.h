@@ -33,6 +33,11 @@ struct KnownWeight {
   int64_t n_in = 0;        // columns (ne0)
   int64_t n_mat = 1;       // matrices (experts) in the tensor
   int router_layer = -1;   // >= 0: this is layer L's router (its matmul output feeds moe_route)
+  // The model scales this product by the input row's inverse RMS afterwards (DeepSeek V4's
+  // hyper-connection mixes): count the RMS-normalized rows, what the product effectively sees
+  // (and what llama.cpp, which normalizes first, multiplies). eps as the model's.
+  bool rms_normalized_input = false;
+  float rms_eps = 0;
 };
 
 // Statistics shared by every session of an engine (thread-safe).

@@ -41,6 +41,12 @@ std::unique_ptr<Analysis> make_analysis(const gguf::File& f, const model::deepse
     w.n_mat = t.ne.size() >= 3 ? static_cast<int64_t>(t.ne[2]) : 1;
     const int64_t layer = quantize::tensor_layer(t.name);
     if (layer >= 0 && t.name == fmt::format("blk.{}.ffn_gate_inp.weight", layer)) w.router_layer = static_cast<int>(layer);
+    // hc_pre scales the raw products fn . flat(X) by the streams' inverse RMS (backend.h).
+    if (t.name == "output_hc_fn.weight" || t.name == fmt::format("blk.{}.hc_attn_fn.weight", layer) ||
+        t.name == fmt::format("blk.{}.hc_ffn_fn.weight", layer)) {
+      w.rms_normalized_input = true;
+      w.rms_eps = hp.rms_eps;
+    }
     c.weights.push_back(std::move(w));
   }
   if (!prune_mask_path.empty()) {

@@ -61,6 +61,25 @@ TEST(AnalysisBackend, MatmulSumsAndTransparentOutputs) {
     EXPECT_DOUBLE_EQ(e.sums[j], s) << j;
   }
 
+  // A weight whose product the model scales by the row's inverse RMS counts normalized rows.
+  {
+    auto c2 = std::make_shared<AnalysisConfig>(*cfg);
+    c2->weights[0].rms_normalized_input = true;
+    c2->weights[0].rms_eps = 1e-6f;
+    auto st2 = std::make_shared<AnalysisStats>();
+    AnalysisBackend an2(*cpu, st2, c2);
+    an2.matmul(f32_matrix(w, n_in, n_out), x.data(), rows, y2.data(), 0, 0);
+    EXPECT_TRUE(same_bits(y1, y2));  // the product itself is untouched
+    std::vector<double> want(n_in, 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      double ss = 0;
+      for (int64_t j = 0; j < n_in; ++j) ss += double(x[r * n_in + j]) * x[r * n_in + j];
+      const double inv = 1 / std::sqrt(ss / n_in + 1e-6);
+      for (int64_t j = 0; j < n_in; ++j) want[j] += x[r * n_in + j] * inv * x[r * n_in + j] * inv;
+    }
+    for (int64_t j = 0; j < n_in; ++j) EXPECT_NEAR(st2->entries[0].sums[j], want[j], 1e-5 * want[j]) << j;
+  }
+
   // Grouped: each group's slice counts as one more input row of the same columns.
   const int64_t groups = 2;
   const auto xg = randv(static_cast<size_t>(groups * n_in * rows), 3);
