@@ -46,6 +46,16 @@ ev() {  # name model [mask]
   "$bin/ds4-eval" -m "$model" --kl-base "$ref" --ppl "$work/heldout.txt" --ctx 256 -t "$T" \
     ${mask:+--prune-mask "$mask"} --json "$work/eval-$name.json" | sed "s/^/[$name] /"
 }
+# Where the imatrix acts: only the routed experts' down projections (Q4_0), or only their
+# gate/up (IQ2_XXS), re-quantized without and with it.
+printf '* keep\nblk.*.ffn_down_exps.weight q4_0\n' >"$work/down.recipe"
+printf '* keep\nblk.*.ffn_gate_exps.weight iq2_xxs\nblk.*.ffn_up_exps.weight iq2_xxs\n' >"$work/gateup.recipe"
+for r in down gateup; do
+  "$bin/ds4-gguf" quantize "$ref" "$work/$r.gguf" --recipe "$work/$r.recipe" -t "$T" --quiet
+  "$bin/ds4-gguf" quantize "$ref" "$work/$r-imx.gguf" --recipe "$work/$r.recipe" -t "$T" --quiet \
+    --imatrix "$work/calib.imatrix.gguf"
+done
+
 ev q8_0 "$ref"
 ev f32 "$work/f32.gguf"
 ev q2 "$work/q2.gguf"
@@ -55,3 +65,4 @@ for k in 0.75 0.5; do
   ev "prune-$k" "$ref" "$work/prune-$k.json"
   for s in 1 2 3; do ev "prune-$k-random$s" "$ref" "$work/prune-$k-random$s.json"; done
 done
+for r in down down-imx gateup gateup-imx; do ev "$r" "$work/$r.gguf"; done
