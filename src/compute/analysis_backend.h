@@ -119,14 +119,18 @@ class AnalysisBackend final : public Backend {
     inner_.attention(q, n_heads, head_dim, kv, sinks, scale, out);
   }
   void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
-                      int64_t n_keys, float* scores) override {
+                      RowCount n_keys, float* scores) override {
     inner_.indexer_scores(q, w, scale, n_heads, head_dim, keys, n_keys, scores);
   }
-  void top_k(const float* scores, int64_t n, int64_t k, int32_t* idx) override { inner_.top_k(scores, n, k, idx); }
-  void compressor_store(const Matrix& ape, int64_t ape_row, const float* kvp, const float* scp, int64_t width,
-                        float* kv_slot, float* score_slot) override {
-    inner_.compressor_store(ape, ape_row, kvp, scp, width, kv_slot, score_slot);
+  void top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) override { inner_.top_k(scores, n, k, idx); }
+  void store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src) override {
+    inner_.store_row(ring, ring_rows, n, pos, src);
   }
+  void compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
+                        const float* scp, int64_t width, float* kv, float* score) override {
+    inner_.compressor_store(ape, pos, ratio, lanes, kvp, scp, width, kv, score);
+  }
+  void compressor_emit(const CompressorEmit& e, int64_t pos) override { inner_.compressor_emit(e, pos); }
   void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                        float* out) override {
     inner_.compressor_pool(kv, score, ratio, lanes, dim, out);
@@ -136,6 +140,14 @@ class AnalysisBackend final : public Backend {
   void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;
+
+  // Decode-step graphs are not forwarded: a replayed step would bypass the observed ops, so an
+  // analysed session always runs op by op (the defaults: nothing recorded, nothing replayed).
+  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) override {
+    (void)key, (void)pos, (void)token;
+    *record = false;
+    return nullptr;
+  }
 
   void copy_rows(float* y, int64_t y_stride, const float* x, int64_t x_stride, int64_t rows, int64_t n) override {
     inner_.copy_rows(y, y_stride, x, x_stride, rows, n);
