@@ -51,6 +51,11 @@ constexpr size_t kTokens = 128;
 // "> 0.25" in the output) in every comparison that involves a quantized path, ours or
 // llama.cpp's, so the maximum is reported, not bounded. Bounds: mean 0.04, top-1 >= 120/128.
 constexpr double kF32Tol = 1e-4;
+// F16 matrices in llama.cpp: activations rounded to F16 (11 significant bits) before the
+// product. Measured (F16MatricesDifferOnlyByLlamaCppsF16Activations, 2026-12-01): ours vs
+// llama.cpp mean 7.4e-5, max 1.1e-3 with the demo model's F16 matrices (against 1.2e-5 on the
+// all-f32 decode); bound 0.01.
+constexpr double kF16Tol = 0.01;
 constexpr double kDirectMeanTol = 0.04;
 constexpr const char* kDemo = DS4_SOURCE_DIR "/models/ds4-demo.gguf";
 
@@ -131,6 +136,28 @@ Made make_file(const std::string& out, ds4::GgmlType target) {
   }
   w.finish();
   return m;
+}
+
+// The demo model decoded to F32 except its F16 tensors (token_embd, hc_*_fn, output_hc_fn,
+// ffn_gate_inp), which keep their bytes.
+void make_f16_file(const std::string& out) {
+  const auto f = ds4::gguf::File::open(kDemo);
+  ds4::gguf::Writer w(out);
+  for (const auto& kv : f.metadata()) w.add_kv(kv.key, kv.value);
+  auto keep = [](const ds4::gguf::TensorInfo& t) {
+    return t.type == ds4::GgmlType::F16 || t.type == ds4::GgmlType::F32 || t.type == ds4::GgmlType::I32;
+  };
+  for (const auto& t : f.tensors()) w.add_tensor(t.name, keep(t) ? t.type : ds4::GgmlType::F32, t.ne);
+  w.write_header();
+  for (const auto& t : f.tensors()) {
+    if (keep(t)) {
+      w.write_tensor_data({t.data, t.n_bytes});
+      continue;
+    }
+    const std::vector<float> x = decode(t);
+    w.write_tensor_data({reinterpret_cast<const uint8_t*>(x.data()), x.size() * 4});
+  }
+  w.finish();
 }
 
 struct Diff {
@@ -249,4 +276,25 @@ TEST_F(LlamaIqFiles, OurCodebookFilesRunInBothEnginesAlike) {
     fs::remove(q);
     fs::remove(dec);
   }
+}
+
+// llama.cpp multiplies F16 weights with activations rounded to F16; we keep f32 activations.
+// On the demo model with only its F16 matrices left in F16 (everything else f32) the two
+// engines therefore differ by more than on the all-f32 decode; this measures how much.
+TEST_F(LlamaIqFiles, F16MatricesDifferOnlyByLlamaCppsF16Activations) {
+  const std::string f16 = (dir_ / "f16.gguf").string(), f32 = (dir_ / "f16-f32.gguf").string();
+  make_f16_file(f16);
+  ds4::test::with_f32_tensors(f16, f32, "");
+  const auto o16 = ours(f16), l16 = llama(f16), o32 = ours(f32), l32 = llama(f32);  // llama() sets vocab_
+  const Diff with_f16 = diff(o16, l16, vocab_), all_f32 = diff(o32, l32, vocab_);
+  const Diff ours_f16 = diff(o16, o32, vocab_), llama_f16 = diff(l16, l32, vocab_);
+  std::printf("F16 matrices kept: ours vs llama.cpp %s | all f32: %s | ours F16 vs f32: %s | llama.cpp F16 vs f32: %s\n",
+              show(with_f16).c_str(), show(all_f32).c_str(), show(ours_f16).c_str(), show(llama_f16).c_str());
+  EXPECT_LT(ours_f16.max, kF32Tol);  // ours: F16 weights times f32 activations, as the f32 decode
+  EXPECT_LT(all_f32.max, kF32Tol);
+  EXPECT_EQ(all_f32.top1, kTokens);
+  EXPECT_LT(with_f16.max, kF16Tol);
+  EXPECT_EQ(with_f16.top1, kTokens);
+  fs::remove(f16);
+  fs::remove(f32);
 }
