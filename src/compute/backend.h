@@ -294,7 +294,7 @@ class Backend {
   virtual const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token);
   // Ends the recording, runs the recorded step once and returns its logits (backend memory).
   virtual const float* step_record_end(const float* logits);
-  // Drops an unfinished recording (an op failed); never throws.
+  // Drops an unfinished recording (an op failed) and records that key no more; never throws.
   virtual void step_record_abort() noexcept {}
 
   // ---- ops of the qwen35moe family (Gated DeltaNet + gated full attention + softmax MoE) -----

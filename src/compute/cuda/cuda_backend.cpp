@@ -146,6 +146,7 @@ class CudaBackend final : public Backend {
   StepGraph rec_graph_;
   std::vector<std::unique_ptr<StepGraph>> graphs_by_key_;
   std::vector<StepKey> seen_;            // keys run once without a graph (recorded the next time)
+  std::vector<StepKey> refused_;         // keys whose recording failed: op by op from then on
   uint64_t use_clock_ = 0;
   long replays_ = 0, recorded_ = 0;
   int32_t* d_step_ = nullptr;            // device {pos, token} of the step being replayed
@@ -818,6 +819,7 @@ const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t t
       ++replays_;
       return g->logits;
     }
+  if (std::find(refused_.begin(), refused_.end(), key) != refused_.end()) return nullptr;  // its recording failed
   // Record a key's second step: its first runs op by op (and finishes any lazy set-up).
   if (std::find(seen_.begin(), seen_.end(), key) != seen_.end()) {
     *record = true;
@@ -857,6 +859,9 @@ const float* CudaBackend::step_record_end(const float* logits) {
   if (e != cudaSuccess) {
     cudaGetLastError();
     cuda::block_cache().free_arena(rec_graph_.arena);
+    for (auto& p : rec_graph_.prof) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
+    refused_.push_back(rec_graph_.key);
+    rec_graph_ = StepGraph{};
     fail("CUDA step graph: recording the decode step failed: {}", cudaGetErrorString(e));
   }
   rec_graph_.logits = logits;
@@ -878,6 +883,11 @@ const float* CudaBackend::step_record_end(const float* logits) {
 void CudaBackend::step_record_abort() noexcept {
   if (!rec_) return;
   rec_ = false;
+  try {
+    refused_.push_back(rec_graph_.key);
+  } catch (...) {
+  }
+  std::fprintf(stderr, "cuda: recording a decode step failed; later steps of its shape run op by op\n");
   cuda::block_cache().close_arena();
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
@@ -933,6 +943,11 @@ std::unique_ptr<Backend> make_cuda_backend(CudaOptions opt) { return std::make_u
 std::string cuda_profile_report(Backend& be, bool reset) {
   auto* c = dynamic_cast<CudaBackend*>(&be);
   return c ? c->profile_report(reset) : std::string();
+}
+
+std::string cuda_step_stats(Backend& be) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? c->step_stats() : std::string();
 }
 
 std::string cuda_device_summary() {

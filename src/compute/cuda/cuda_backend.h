@@ -24,8 +24,13 @@ std::unique_ptr<Backend> make_cuda_backend(CudaOptions opt = {});
 // sums the times per op (matmul/moe_experts per weight type and shape); the table is printed
 // on stderr when the backend is destroyed. This returns it now (empty when profiling is off
 // or `be` is not a CUDA backend), optionally starting a new tally. The events add a little
-// time per op, and they cannot be read back from a captured CUDA graph.
+// time per op. Profiling turns decode-step graphs off, except DS4_CUDA_PROFILE=graph, which
+// records the event pairs into the graphs ("[step]" rows: GPU time per op inside a replay).
 std::string cuda_profile_report(Backend& be, bool reset = false);
+
+// "step graphs: R recorded, P replays" of a CUDA backend (empty for another backend).
+// DS4_CUDA_GRAPHS=0 turns the graphs off.
+std::string cuda_step_stats(Backend& be);
 
 // One line per visible device (name, memory, compute capability), or the reason there is none.
 std::string cuda_device_summary();
