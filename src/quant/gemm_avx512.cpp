@@ -1077,15 +1077,11 @@ void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, si
 
 // One row: vec_dot_f32_f32_avx2 / vec_dot_f16_f32_avx2 with a0 | a1 and a2 | a3 in two zmm
 // (the same fused operations per lane, in the same order), so the same float bit for bit.
-float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n) {
-  const auto* wf = static_cast<const float*>(w);
-  const auto* xf = static_cast<const float*>(x);
-  __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a01 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i), _mm512_loadu_ps(xf + i), a01);
-    a23 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i + 16), _mm512_loadu_ps(xf + i + 16), a23);
-  }
+namespace {
+
+// vec_dot_f32_f32_avx2 after its 32-element steps: the 8-element steps from i (into a0), the
+// fold and the scalar tail.
+float f32_finish(const float* wf, const float* xf, int64_t i, int64_t n, __m512 a01, __m512 a23) {
   for (; i + 8 <= n; i += 8)
     a01 = _mm512_mask3_fmadd_ps(_mm512_zextps256_ps512(_mm256_loadu_ps(wf + i)),
                                 _mm512_zextps256_ps512(_mm256_loadu_ps(xf + i)), a01, 0x00FF);
@@ -1101,6 +1097,64 @@ float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n) {
     sum += p;
   }
   return sum;
+}
+
+// R rows against one x: each x load serves R rows, and the 2R chains are independent, so the
+// FMA latency no longer bounds the loop. Per row, the operations of vec_dot_f32_f32_avx512.
+template <int R>
+void f32_dot_rows(const float* x, const float* const* rows, int64_t n, float* out) {
+  __m512 a01[R], a23[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) a01[r] = a23[r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 x0 = _mm512_loadu_ps(x + i), x1 = _mm512_loadu_ps(x + i + 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      a01[r] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(rows[r] + i), a01[r]);
+      a23[r] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(rows[r] + i + 16), a23[r]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) out[r] = f32_finish(x, rows[r], i, n, a01[r], a23[r]);
+}
+
+}  // namespace
+
+// One row: vec_dot_f32_f32_avx2 / vec_dot_f16_f32_avx2 with a0 | a1 and a2 | a3 in two zmm
+// (the same fused operations per lane, in the same order), so the same float bit for bit.
+float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n) {
+  const auto* wf = static_cast<const float*>(w);
+  const auto* xf = static_cast<const float*>(x);
+  __m512 a01 = _mm512_setzero_ps(), a23 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a01 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i), _mm512_loadu_ps(xf + i), a01);
+    a23 = _mm512_fmadd_ps(_mm512_loadu_ps(wf + i + 16), _mm512_loadu_ps(xf + i + 16), a23);
+  }
+  return f32_finish(wf, xf, i, n, a01, a23);
+}
+
+void dot_f32_rows_avx512(const float* x, const float* const* rows, int64_t count, int64_t n, float* out) {
+  int64_t k = 0;
+  for (; k + 4 <= count; k += 4) f32_dot_rows<4>(x, rows + k, n, out + k);
+  for (; k < count; ++k) f32_dot_rows<1>(x, rows + k, n, out + k);
+}
+
+// y[i] = (((y[i] + a0 * r0[i]) + a1 * r1[i]) + ...) for the rows in order: the floats of one
+// axpy_f32_avx512 call per row, with y loaded and stored once per group of 8 rows.
+void axpy_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+  for (int64_t k0 = 0; k0 < count; k0 += 8) {
+    const int kn = count - k0 < 8 ? static_cast<int>(count - k0) : 8;
+    __m512 va[8];
+    for (int k = 0; k < kn; ++k) va[k] = _mm512_set1_ps(a[k0 + k]);
+    for (int64_t i = 0; i < n; i += 16) {
+      const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+      __m512 v = _mm512_maskz_loadu_ps(m, y + i);
+      for (int k = 0; k < kn; ++k) v = _mm512_add_ps(v, _mm512_mul_ps(va[k], _mm512_maskz_loadu_ps(m, rows[k0 + k] + i)));
+      _mm512_mask_storeu_ps(y + i, m, v);
+    }
+  }
 }
 
 float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n) {

@@ -84,6 +84,9 @@ void gemm_f16_avx512(const void* w, size_t w_stride, int64_t rows, const void* a
 float vec_dot_f32_f32_avx512(const void* w, const void* x, int64_t n);
 float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
+// Several rows per pass, each result equal to the one-row kernels' (quant.h: dot_f32_rows).
+void dot_f32_rows_avx512(const float* x, const float* const* rows, int64_t count, int64_t n, float* out);
+void axpy_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
 // quantize_row_q8_0's bytes; false when x holds a non-finite value (output then undefined).
 bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n);
 // --- act_round_avx512.cpp: compute/numerics.h's activation rounding, bit for bit ---

@@ -333,6 +333,21 @@ DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel",
 
 bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
 
+void dot_f32_rows(const float* x, const float* const* rows, int64_t count, int64_t n, float* out) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return dot_f32_rows_avx512(x, rows, count, n, out);
+#endif
+  const DotKernel dot = dot_kernel(GgmlType::F32);
+  for (int64_t k = 0; k < count; ++k) out[k] = dot(x, rows[k], n);
+}
+
+void axpy_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+#if DS4_HAVE_AVX512_BUILD
+  if (cpu_has_avx512_vnni()) return axpy_f32_rows_avx512(a, rows, count, y, n);
+#endif
+  for (int64_t k = 0; k < count; ++k) axpy_f32(a[k], rows[k], y, n);
+}
+
 int64_t fp8_e4m3_round_trip_prefix(float* x, int64_t n) {
 #if DS4_HAVE_AVX512_BUILD
   if (cpu_has_avx512_vnni()) return fp8_e4m3_round_trip_avx512(x, n);

@@ -89,6 +89,13 @@ void axpy_f32(float a, const float* x, float* y, int64_t n);
 // the AVX2 path on an AVX-512 machine).
 bool have_avx512_vnni();
 
+// out[k] = dot_kernel(F32)(x, rows[k], n) for k < count, and for k = 0..count-1 in order
+// axpy_f32(a[k], rows[k], y, n): the same floats bit for bit (dot products are symmetric in
+// their two operands), several rows per pass where the CPU allows (attention's scores and
+// value sums).
+void dot_f32_rows(const float* x, const float* const* rows, int64_t count, int64_t n, float* out);
+void axpy_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
+
 // Fast paths of DeepSeek V4's activation rounding (compute/numerics.h holds the reference, which
 // the quant layer cannot call): fp8_e4m3_round_trip with blocks of 64 and fp4_e2m1_round_trip
 // with blocks of 32 on the first elements of x, returning how many were done (a whole number

@@ -38,24 +38,24 @@ void CpuBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, co
   }
   const int64_t count = static_cast<int64_t>(rows.size());
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, head_dim * (count + 1)));
-  const quant::DotKernel dot = quant::dot_kernel(GgmlType::F32);  // what vec_dot(F32) runs, checked once
   parallel(n_heads, grain, [&](int64_t h0, int64_t h1) {
     std::vector<float> s(static_cast<size_t>(count));
     for (int64_t h = h0; h < h1; ++h) {
       const float* qh = q + h * head_dim;
       float m = sinks[h];
+      quant::dot_f32_rows(qh, rows.data(), count, head_dim, s.data());  // = vec_dot(F32) per row
       for (int64_t k = 0; k < count; ++k) {
-        s[k] = dot(qh, rows[k], head_dim) * scale;
+        s[k] = s[k] * scale;
         m = std::max(m, s[k]);
       }
       float denom = exp_f(sinks[h] - m);
       float* oh = out + h * head_dim;
       std::fill(oh, oh + head_dim, 0.0f);
       for (int64_t k = 0; k < count; ++k) {
-        float e = exp_f(s[k] - m);
-        denom += e;
-        quant::axpy_f32(e, rows[k], oh, head_dim);  // oh[i] += e * v[i], same floats on every path
+        s[k] = exp_f(s[k] - m);
+        denom += s[k];
       }
+      quant::axpy_f32_rows(s.data(), rows.data(), count, oh, head_dim);  // oh[i] += e_k * v_k[i] in k order
       const float inv = 1.0f / denom;
       for (int64_t i = 0; i < head_dim; ++i) oh[i] *= inv;
     }
@@ -68,13 +68,15 @@ void CpuBackend::indexer_scores(const float* q, const float* w, float scale, int
   std::vector<float> wh(static_cast<size_t>(n_heads));
   for (int64_t h = 0; h < n_heads; ++h) wh[h] = w[h] * scale;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n_heads * head_dim));
-  const quant::DotKernel dot = quant::dot_kernel(GgmlType::F32);
+  std::vector<const float*> qh(static_cast<size_t>(n_heads));
+  for (int64_t h = 0; h < n_heads; ++h) qh[h] = q + h * head_dim;
   parallel(n_keys, grain, [&](int64_t c0, int64_t c1) {
+    std::vector<float> d(static_cast<size_t>(n_heads));
     for (int64_t c = c0; c < c1; ++c) {
-      const float* k = keys + c * head_dim;
+      quant::dot_f32_rows(keys + c * head_dim, qh.data(), n_heads, head_dim, d.data());  // = vec_dot(F32) per head
       float s = 0;
       for (int64_t h = 0; h < n_heads; ++h)  // ReLU before the head weighting (trap 12)
-        s += wh[h] * std::max(0.0f, dot(q + h * head_dim, k, head_dim));
+        s += wh[h] * std::max(0.0f, d[h]);
       scores[c] = s;
     }
   });

@@ -266,6 +266,36 @@ TEST(FloatDotAvx512, EqualsAvx2Kernels) {
 #endif
 }
 
+// Several rows per pass (attention): every result equals the one-row kernels' on the same CPU,
+// for lengths with and without 32- and 8-element remainders and row counts around the group sizes.
+TEST(FloatRows, DotAndAxpyRowsEqualOneRowKernels) {
+  std::mt19937 rng(1607);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const quant::DotKernel dot = quant::dot_kernel(GgmlType::F32);
+  for (int64_t n : {1, 8, 31, 32, 40, 128, 512, 515}) {
+    for (int64_t count : {1, 3, 4, 5, 8, 9, 17}) {
+      std::vector<std::vector<float>> rows(static_cast<size_t>(count), std::vector<float>(static_cast<size_t>(n)));
+      std::vector<const float*> rp;
+      for (auto& r : rows) {
+        for (auto& v : r) v = nd(rng);
+        rp.push_back(r.data());
+      }
+      std::vector<float> x(static_cast<size_t>(n)), a(static_cast<size_t>(count)), y0(static_cast<size_t>(n));
+      for (auto& v : x) v = nd(rng);
+      for (auto& v : a) v = nd(rng);
+      for (auto& v : y0) v = nd(rng);
+      std::vector<float> out(static_cast<size_t>(count), -7.0f);
+      quant::dot_f32_rows(x.data(), rp.data(), count, n, out.data());
+      for (int64_t k = 0; k < count; ++k)
+        ASSERT_EQ(bits(dot(x.data(), rp[k], n)), bits(out[k])) << "dot n " << n << " count " << count << " row " << k;
+      std::vector<float> want = y0, got = y0;
+      for (int64_t k = 0; k < count; ++k) quant::axpy_f32(a[k], rp[k], want.data(), n);
+      quant::axpy_f32_rows(a.data(), rp.data(), count, got.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(want[i]), bits(got[i])) << "axpy n " << n << " count " << count << " i " << i;
+    }
+  }
+}
+
 TEST(GemmExact, NoKernelForOtherFormats) {
   EXPECT_EQ(quant::gemm_kernel(GgmlType::F32), nullptr);
   EXPECT_EQ(quant::gemm_kernel(GgmlType::Q6_K), nullptr);
