@@ -14,6 +14,10 @@
 // running sum for IQ2_XXS). So results equal the scalar kernels bit for bit. -ffp-contract=off
 // keeps mul + add from fusing. No std:: or shared inline helpers are used here, so no
 // AVX-512-compiled copy of a common inline function can reach portable code.
+// Upper register state: GCC emits no vzeroupper in functions that take or pass __m512 by value,
+// and a dirty upper state makes the SSE code that follows (glibc's exp wrapper, measured: 10x
+// slower) pay for it, so the helpers that fold zmm arguments and the exported kernels end with
+// _mm256_zeroupper().
 // GCC 12 reports the _mm512_undefined_* placeholders inside its own AVX-512 intrinsic headers
 // as uninitialized (GCC bug 105593), at every inlined use; those are not reads of our data.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -784,6 +788,7 @@ void gemm_q8_0_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
                         y + (t + 1) * ys + r0, rows - r0);
     if (t < tokens) q8_0_panel_token(pp, nb, a + t * as, ax + t * nb, y + t * ys + r0, rows - r0);
   }
+  _mm256_zeroupper();
 }
 
 void gemm_q2_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
@@ -802,6 +807,7 @@ void gemm_q2_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
       q2_K_panel_token2(pp, nb, a + t * as, a + (t + 1) * as, y + t * ys + r0, y + (t + 1) * ys + r0, rows - r0);
     if (t < tokens) q2_K_panel_token(pp, nb, a + t * as, y + t * ys + r0, rows - r0);
   }
+  _mm256_zeroupper();
 }
 
 void gemm_q4_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
@@ -823,6 +829,7 @@ void gemm_q4_K_avx512(const void* w, size_t ws, int64_t rows, const void* act, s
     }
     if (t < tokens) q4_K_run<1>(pp, nb, a, as, t, y, ys, r0, rows - r0);
   }
+  _mm256_zeroupper();
 }
 
 void gemm_iq2_xxs_avx512(const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y,
@@ -847,6 +854,7 @@ void gemm_iq2_xxs_avx512(const void* w, size_t ws, int64_t rows, const void* act
     }
     if (t < tokens) iq2_xxs_run<1>(pp, nb, a, as, sp, t, y, ys, r0, rows - r0);
   }
+  _mm256_zeroupper();
 }
 
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n) {
@@ -968,6 +976,7 @@ float f16_finish(const uint16_t* w, const float* x, int64_t i, int64_t n, __m512
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
   float sum = _mm_cvtss_f32(h);
+  _mm256_zeroupper();  // GCC emits no vzeroupper in a function taking zmm arguments (see top)
   for (; i < n; ++i) {
     float p = _cvtsh_ss(w[i]) * x[i];
     __asm__("" : "+x"(p));
@@ -1073,6 +1082,7 @@ void gemm_f16_avx512(const void* w, size_t ws, int64_t rows, const void* act, si
       }
     }
   }
+  _mm256_zeroupper();
 }
 
 // One row: vec_dot_f32_f32_avx2 / vec_dot_f16_f32_avx2 with a0 | a1 and a2 | a3 in two zmm
@@ -1091,6 +1101,7 @@ float f32_finish(const float* wf, const float* xf, int64_t i, int64_t n, __m512 
   h = _mm_add_ps(h, _mm_movehl_ps(h, h));
   h = _mm_add_ss(h, _mm_movehdup_ps(h));
   float sum = _mm_cvtss_f32(h);
+  _mm256_zeroupper();  // GCC emits no vzeroupper in a function taking zmm arguments (see top)
   for (; i < n; ++i) {
     float p = wf[i] * xf[i];
     __asm__("" : "+x"(p));
@@ -1139,6 +1150,7 @@ void dot_f32_rows_avx512(const float* x, const float* const* rows, int64_t count
   int64_t k = 0;
   for (; k + 4 <= count; k += 4) f32_dot_rows<4>(x, rows + k, n, out + k);
   for (; k < count; ++k) f32_dot_rows<1>(x, rows + k, n, out + k);
+  _mm256_zeroupper();
 }
 
 // y[i] = (((y[i] + a0 * r0[i]) + a1 * r1[i]) + ...) for the rows in order: the floats of one
