@@ -5,8 +5,17 @@
 // on a CPU with a large L3 the copies may still fit there). Prints one table row per (format, shape, tokens).
 //
 //   build/bench/gemm_bench [--reps N] [--copies N]
+//
+// --stream MB instead streams one Q8_0 matrix of MB megabytes (rows of 4096, far larger than
+// the caches) through the one-token kernels on one thread and prints GB/s for the blocked
+// kernel, the per-row kernel and a plain read of the same bytes (wall time, best of --reps):
+// how close a decode step's Q8_0 products come to the memory's read rate.
 #include <fmt/format.h>
 #include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -28,6 +37,81 @@ double thread_ms() {
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
 }
 
+double wall_s() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
+}
+
+// Sum of the 64-bit words of p[0..len) (len a multiple of 128), 64-byte loads where the CPU has them.
+#if defined(__x86_64__)
+__attribute__((target("avx512f"))) uint64_t sum_words_avx512(const uint8_t* p, size_t len) {
+  __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+  for (size_t i = 0; i < len; i += 128) {
+    s0 = _mm512_add_epi64(s0, _mm512_loadu_si512(p + i));
+    s1 = _mm512_add_epi64(s1, _mm512_loadu_si512(p + i + 64));
+  }
+  alignas(64) uint64_t v[8];
+  _mm512_store_si512(v, _mm512_add_epi64(s0, s1));
+  return v[0] + v[1] + v[2] + v[3] + v[4] + v[5] + v[6] + v[7];
+}
+#endif
+uint64_t sum_words(const uint8_t* p, size_t len) {
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) return sum_words_avx512(p, len);
+#endif
+  uint64_t t = 0;
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    t += v;
+  }
+  return t;
+}
+
+int stream_q8_0(double mb, int reps) {
+  const int64_t n = 4096;
+  const size_t rb = row_bytes(traits(GgmlType::Q8_0), static_cast<uint64_t>(n));
+  const int64_t rows = std::max<int64_t>(16, static_cast<int64_t>(mb * 1e6 / static_cast<double>(rb)) / 16 * 16);
+  std::vector<uint8_t> w(rb * static_cast<size_t>(rows));
+  std::mt19937 rng(16);
+  for (size_t i = 0; i + 4 <= w.size(); i += 4) {
+    const uint32_t r = rng();
+    std::memcpy(&w[i], &r, 4);
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < n / 32; ++b) {
+      const uint16_t h = 0x2000;  // a plain finite scale in every block
+      std::memcpy(&w[r * rb + b * 34], &h, 2);
+    }
+  std::vector<float> x(static_cast<size_t>(n));
+  for (auto& v : x) v = static_cast<float>(rng() % 2001) / 1000.0f - 1.0f;
+  std::vector<uint8_t> a(rb);
+  quant::quantize_activation_row(GgmlType::Q8_0, x.data(), a.data(), n);
+  std::vector<float> y(static_cast<size_t>(rows));
+  const quant::GemmKernel gemm = quant::gemm_kernel(GgmlType::Q8_0);
+  const quant::DotKernel dot = quant::dot_kernel(GgmlType::Q8_0);
+  double best_g = 0, best_r = 0, best_read = 0;
+  uint64_t sink = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    double t0 = wall_s();
+    sink += sum_words(w.data(), w.size() / 128 * 128);
+    best_read = std::max(best_read, static_cast<double>(w.size() / 128 * 128) / (wall_s() - t0) / 1e9);
+    if (gemm) {
+      t0 = wall_s();
+      gemm(w.data(), rb, rows, a.data(), rb, 1, y.data(), rows, n);
+      best_g = std::max(best_g, static_cast<double>(w.size()) / (wall_s() - t0) / 1e9);
+    }
+    t0 = wall_s();
+    for (int64_t o = 0; o < rows; ++o) y[static_cast<size_t>(o)] = dot(w.data() + o * rb, a.data(), n);
+    best_r = std::max(best_r, static_cast<double>(w.size()) / (wall_s() - t0) / 1e9);
+  }
+  fmt::print("q8_0 {} x {} ({:.0f} MB), 1 token, 1 thread, best of {}: blocked {:.1f} GB/s, per-row {:.1f} GB/s, "
+             "plain read {:.1f} GB/s{}\n",
+             rows, n, static_cast<double>(w.size()) / 1e6, reps, best_g, best_r, best_read, sink == 42 ? " " : "");
+  return 0;
+}
+
 struct Shape {
   GgmlType type;
   int64_t rows, n;
@@ -38,11 +122,14 @@ struct Shape {
 
 int main(int argc, char** argv) {
   int reps = 3, copies = 8;
+  double stream_mb = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--copies") copies = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--stream") stream_mb = std::atof(argv[i + 1]);
   }
+  if (stream_mb > 0) return stream_q8_0(stream_mb, reps);
   const Shape shapes[] = {{GgmlType::Q8_0, 1024, 4096, "attn_q_a"},
                           {GgmlType::IQ2_XXS, 2048, 4096, "ffn_gate/up_exps (one expert)"},
                           {GgmlType::Q2_K, 4096, 2048, "ffn_down_exps (one expert)"},
