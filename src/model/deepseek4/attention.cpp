@@ -16,10 +16,7 @@ void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, 
   be_.compressor_store(cw.ape, pos, R, cs.lanes, kvp, scp, cs.width(), cs.kv.data(), cs.score.data());
   // The window [pos+1-R, pos] is complete: pool it into the next row. Recorded decode steps
   // are keyed by which layers emit (step_key), so a replay emits at the same phase.
-  const bool emits = (pos + 1) % R == 0;
-  if (!emits) return;
-  if (cs.n_rows >= cs.capacity)
-    fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs.capacity, pos);
+  if (!claim_row(cs, pos)) return;
   compute::CompressorEmit e;
   e.kv = cs.kv.data(), e.score = cs.score.data(), e.ratio = R, e.lanes = cs.lanes, e.dim = D;
   e.rows = cs.rows.data(), e.norm = cw.norm, e.eps = hp_.rms_eps, e.freqs = m_.freqs_compressed_;
@@ -27,11 +24,14 @@ void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, 
   e.round_kind = is_indexer ? compute::ActRound::HadamardFp4 : compute::ActRound::Fp8;
   e.n_round = is_indexer ? D : D - hp_.n_rot;
   be_.compressor_emit(e, pos);
-  note_position(cs, pos);
 }
 
-void Forward::note_position(CompressorState& cs, int64_t pos) {
-  if ((pos + 1) % cs.ratio == 0) ++cs.n_rows;
+bool Forward::claim_row(CompressorState& cs, int64_t pos) {
+  if ((pos + 1) % cs.ratio != 0) return false;
+  if (cs.n_rows >= cs.capacity)
+    fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs.capacity, pos);
+  ++cs.n_rows;
+  return true;
 }
 
 compute::Buffer<int32_t> Forward::indexer_select(int64_t il, const float* q_idx, const float* w_idx, int64_t pos,

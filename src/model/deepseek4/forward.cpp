@@ -77,12 +77,8 @@ void Forward::note_replayed_step() {
   for (int64_t il = 0; il < hp_.n_layer; ++il) {
     const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
     LayerState& S = st_.layers[static_cast<size_t>(il)];
-    for (auto [has, cs] : {std::pair{L.has_compressor, &S.attn}, std::pair{L.has_indexer, &S.index}}) {
-      if (!has) continue;
-      if ((p0_ + 1) % cs->ratio == 0 && cs->n_rows >= cs->capacity)
-        fail("deepseek4: internal: compressed-row capacity {} exhausted at position {}", cs->capacity, p0_);
-      note_position(*cs, p0_);
-    }
+    if (L.has_compressor) claim_row(S.attn, p0_);
+    if (L.has_indexer) claim_row(S.index, p0_);
   }
 }
 
