@@ -341,6 +341,25 @@ def param_groups(model, weight_decay):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def pack_parts(out_dir, members):
+    """Writes a tar of {arcname: directory} as out_dir/hf.tar.part-aa, -ab, ... (15 MiB each),
+    replacing earlier parts (what comes back from the device machine: <= 16 MiB a file)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for arc, d in members.items():
+            tf.add(d, arcname=arc)
+    data = buf.getvalue()
+    chunk = 15 * 2**20
+    for fn in os.listdir(out_dir):
+        if fn.startswith("hf.tar.part-"):
+            os.remove(os.path.join(out_dir, fn))
+    for i in range(0, len(data), chunk):
+        name = "hf.tar.part-" + "abcdefghij"[i // chunk // 10 % 10] + "abcdefghij"[i // chunk % 10]
+        with open(os.path.join(out_dir, name), "wb") as f:
+            f.write(data[i:i + chunk])
+    log(f"packed {len(data)} bytes into {math.ceil(len(data) / chunk)} part(s)")
+
+
 # ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
@@ -571,23 +590,7 @@ def main():
         json.dump(tokenizer_config_json(), f, ensure_ascii=False, indent=2)
 
     def pack():
-        parts_tmp = os.path.join(args.out, ".parts_tmp")
-        os.makedirs(parts_tmp, exist_ok=True)
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tf:
-            tf.add(hf_dir, arcname="hf")
-            tf.add(ref_dir, arcname="ref")
-        data = buf.getvalue()
-        chunk = 15 * 2**20
-        for fn in os.listdir(args.out):
-            if fn.startswith("hf.tar.part-"):
-                os.remove(os.path.join(args.out, fn))
-        for i in range(0, len(data), chunk):
-            name = "hf.tar.part-" + "abcdefghij"[i // chunk // 10 % 10] + "abcdefghij"[i // chunk % 10]
-            with open(os.path.join(args.out, name), "wb") as f:
-                f.write(data[i:i + chunk])
-        os.rmdir(parts_tmp)
-        log(f"packed {len(data)} bytes into {math.ceil(len(data) / chunk)} part(s)")
+        pack_parts(args.out, {"hf": hf_dir, "ref": ref_dir})
 
     summary = {
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
