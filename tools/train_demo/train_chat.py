@@ -427,6 +427,7 @@ def main():
     # --- save right away --------------------------------------------------------------------
     stage = "/tmp/ds4_demo_chat_stage" + ("_smoke" if args.smoke else "")
     hf_dir, ref_dir = os.path.join(stage, "hf"), os.path.join(stage, "ref")
+    __import__("shutil").rmtree(stage, ignore_errors=True)
     os.makedirs(hf_dir, exist_ok=True)
     os.makedirs(ref_dir, exist_ok=True)
     model.cpu().save_pretrained(hf_dir, safe_serialization=True, max_shard_size="1GB")
