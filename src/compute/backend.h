@@ -178,6 +178,15 @@ class Backend {
   virtual void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride = 0,
                       int64_t y_stride = 0) = 0;
 
+  // ys[i] = ws[i] . x for every i (rows rows, dense strides): independent products of the same
+  // activations, which a device backend may quantize once and run in one launch. The values are
+  // those of one matmul per matrix (the default). Every ws[i] has the same n_in.
+  virtual void matmul_many(std::span<const Matrix* const> ws, const float* x, int64_t rows,
+                           std::span<float* const> ys) {
+    if (ws.size() != ys.size()) fail("matmul_many: {} matrices but {} outputs", ws.size(), ys.size());
+    for (size_t i = 0; i < ws.size(); ++i) matmul(*ws[i], x, rows, ys[i]);
+  }
+
   // Grouped rows: W's n_out rows form `groups` equal groups, and output row o of group g reads
   // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in values; x_stride 0 means
   // that): y[r*y_stride + o] = sum_i W[o][i] * x[r*x_stride + g*n_in + i]. Each group equals
@@ -223,6 +232,12 @@ class Backend {
   // Without (the output head): n_mix = n_hc, pre only. x_in[r] = sum_i pre[i] X[r][i].
   virtual void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
                       float* comb) = 0;
+  // A sub-layer's whole pre-mix as one op: mix = fn . flat(X) (matmul into the caller's rows x
+  // n_mix scratch), hc_pre, then, when `norm`, x_in = rms_norm(x_in) * norm_w in place (norm_w
+  // may be null: no weight). The default runs those three ops; a backend may fuse them into
+  // fewer kernels but must give the same result.
+  virtual void hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
+                           const float* norm_w, float norm_eps, float* x_in, float* post, float* comb);
   // Hyper-connection post (spec §6.3), per row r: X'[j] = post[j] y + sum_i comb[i][j] X[i]
   // (y: rows x n, X/Xout: rows x [n_hc][n], post: rows x n_hc, comb: rows x n_hc x n_hc). Xout != X.
   virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,

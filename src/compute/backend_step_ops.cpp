@@ -1,4 +1,5 @@
-// Default bodies of the position-explicit ops and of the step-graph hooks (backend.h). The CPU
+// Default bodies of the position-explicit ops, of the fusable composite ops and of the
+// step-graph hooks (backend.h). The CPU
 // backend runs these; a device backend that records decode steps overrides them.
 #include "compute/backend.h"
 #include "core/error.h"
@@ -23,6 +24,13 @@ void Backend::compressor_emit(const CompressorEmit& e, int64_t pos) {
     copy(e.kv, e.kv + R * W, static_cast<size_t>(R * W) * sizeof(float));
     copy(e.score, e.score + R * W, static_cast<size_t>(R * W) * sizeof(float));
   }
+}
+
+void Backend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
+                          const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
+  matmul(fn, X, rows, mix);
+  hc_pre(X, mix, rows, p, x_in, post, comb);
+  if (norm) rms_norm(x_in, norm_w, p.n, rows, norm_eps, x_in);
 }
 
 const int32_t* Backend::step_record_begin(const StepKey&, int64_t, int32_t) {

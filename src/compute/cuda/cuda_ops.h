@@ -68,6 +68,13 @@ void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, si
 // post/comb null: the output head (n_mix = n_hc, pre only).
 void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const float* scale, const float* base,
             int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s);
+// One row of Backend::hc_pre_norm in one kernel: fn (device rows of fn_in elements, wtype 0 F32,
+// 1 F16, 2 BF16) times X, hc_pre, then the norm. Returns false (nothing launched) for shapes it
+// does not take (the caller runs the separate ops).
+bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
+                  int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
+                  float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
+                  float* comb, cudaStream_t s);
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
              float* Xout, cudaStream_t s);
 // ape: device rows (row_stride bytes apart) of a float type (F32, F16, BF16), at least width

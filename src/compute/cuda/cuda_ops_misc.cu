@@ -3,8 +3,12 @@
 // the compressor's store/pool. Each kernel performs the CPU backend's float operations in the
 // CPU's order (see cuda_util.cuh on --fmad=false), so results are bit-exact except where a
 // comment says otherwise.
+#include <cuda_fp16.h>
+
+#include <algorithm>
 #include <cmath>
 
+#include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "core/error.h"
@@ -93,7 +97,11 @@ __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const d
   __syncthreads();
   const int64_t first = head_dim - 2 * n_pairs;
   float* xr = x + r * n_heads * head_dim;
-  for (int64_t t = threadIdx.x; t < n_heads * n_pairs; t += blockDim.x) {
+  // blockIdx.y: this block's share of the row's pairs (one load round trip per thread, not one
+  // per head: a single block per row spent ~4 us waiting on its loads for 64 heads).
+  const int64_t per_block = (n_heads * n_pairs + gridDim.y - 1) / gridDim.y;
+  const int64_t t_end = min(n_heads * n_pairs, (blockIdx.y + 1) * per_block);
+  for (int64_t t = blockIdx.y * per_block + threadIdx.x; t < t_end; t += blockDim.x) {
     const int64_t h = t / n_pairs;
     const int k = static_cast<int>(t % n_pairs);
     float* p = xr + h * head_dim + first + 2 * k;
@@ -314,8 +322,12 @@ __device__ void hc_split_mix_dev(const float* mix, const float* scale, const flo
 // The same split on one warp, lane L = i*n_hc + j holding comb[i][j] (n_hc*n_hc <= 32): each
 // row/column sum gathers its terms by shuffles and adds them in the CPU's index order, so
 // every lane performs exactly the serial version's operations for its entry.
-__device__ void hc_split_mix_warp(const float* mix, const float* scale, const float* base, int n_hc, int iters,
+// N > 0: n_hc known at compile time (loops unrolled, so a sum's broadcasts issue together);
+// N == 0: n_hc_rt. The same operations in the same order either way.
+template <int N>
+__device__ void hc_split_mix_warp(const float* mix, const float* scale, const float* base, int n_hc_rt, int iters,
                                   float eps, float* pre, float* post, float* comb) {
+  const int n_hc = N > 0 ? N : n_hc_rt;
   const int L = threadIdx.x & 31;
   const bool ok = L < n_hc * n_hc;
   const int i = ok ? L / n_hc : 0, j = ok ? L % n_hc : 0;
@@ -326,18 +338,22 @@ __device__ void hc_split_mix_warp(const float* mix, const float* scale, const fl
   const int off = 2 * n_hc;
   float v = ok ? mix[off + L] * scale[2] + base[off + L] : 0.0f;
   float mx = -INFINITY;
+  #pragma unroll
   for (int jj = 0; jj < n_hc; ++jj) mx = std_max(mx, __shfl_sync(kFull, v, i * n_hc + jj));
   v = expf_ref(v - mx);
   float sum = 0;
+  #pragma unroll
   for (int jj = 0; jj < n_hc; ++jj) sum += __shfl_sync(kFull, v, i * n_hc + jj);
   v = v / sum + eps;
   auto col_norm = [&] {
     float t = 0;
+    #pragma unroll
     for (int ii = 0; ii < n_hc; ++ii) t += __shfl_sync(kFull, v, ii * n_hc + j);
     v /= t + eps;
   };
   auto row_norm = [&] {
     float t = 0;
+    #pragma unroll
     for (int jj = 0; jj < n_hc; ++jj) t += __shfl_sync(kFull, v, i * n_hc + jj);
     v /= t + eps;
   };
@@ -379,7 +395,10 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
       pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
     }
   } else if (n_hc * n_hc <= 32) {
-    if (threadIdx.x < 32) hc_split_mix_warp(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+    if (threadIdx.x < 32) {
+      if (n_hc == 4) hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+      else hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+    }
   } else if (threadIdx.x == 0) {
     hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
   }
@@ -402,6 +421,119 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       if (i0 + u * step < n) xo[i0 + u * step] = acc[u];
+  }
+}
+
+// hc_pre_norm for one row, fused (backend.h): block b < n_mix stages X and weight row b of fn in
+// shared memory and its warp 0 forms mix[b] as the CPU's float dot (32 FMA chains, lane L =
+// chain L, folded; width % 32 == 0). The last block to finish (a device counter, reset by that
+// block for the next launch) then does what k_hc_pre and k_rms_norm do, with the same 1024-thread
+// partitions and sums, from its staged X: the RMS, the split and Sinkhorn, x_in and its norm.
+// wtype: 0 F32, 1 F16, 2 BF16 weights.
+__device__ unsigned g_hc_done;
+
+template <int kWType>
+__device__ __forceinline__ float hc_welem(const uint8_t* w, int i) {
+  if constexpr (kWType == 0) return reinterpret_cast<const float*>(w)[i];
+  const uint32_t u = reinterpret_cast<const uint16_t*>(w)[i];
+  if constexpr (kWType == 1) return __half2float(__ushort_as_half(static_cast<unsigned short>(u)));
+  return __uint_as_float(u << 16);
+}
+
+template <int kWType>
+__global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc,
+                                                       int64_t n, const float* scale, const float* base, int iters,
+                                                       float hc_eps, float rms_eps, bool norm, const float* norm_w,
+                                                       float norm_eps, float* mix, float* x_in, float* post,
+                                                       float* comb) {
+  extern __shared__ uint4 hsm4[];
+  __shared__ double sh[32];
+  __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
+  __shared__ float pre[kMaxHc], post_sh[kMaxHc], comb_sh[kMaxHc * kMaxHc];
+  __shared__ bool last;
+  constexpr int kES = kWType == 0 ? 4 : 2;
+  const int width = n_hc * static_cast<int>(n);
+  float* xs = reinterpret_cast<float*>(hsm4);
+  uint8_t* ws = reinterpret_cast<uint8_t*>(xs + width);
+  const int b = blockIdx.x;
+  {
+    const uint4* xv = reinterpret_cast<const uint4*>(X);
+    const uint4* wv = reinterpret_cast<const uint4*>(fn + static_cast<size_t>(b) * fn_stride);
+    uint4* xd = hsm4;
+    uint4* wd = reinterpret_cast<uint4*>(ws);
+    for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);
+    for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) wd[i] = __ldg(wv + i);
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float a = 0.0f;
+#pragma unroll 16
+    for (int i = lane; i < width; i += 32) a = fmaf(hc_welem<kWType>(ws, i), xs[i], a);
+    const float sum = warp_fold_chains(a);
+    if (lane == 0) {
+      mix[b] = sum;
+      __threadfence();
+      last = atomicAdd(&g_hc_done, 1u) == gridDim.x - 1;
+    }
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const bool head = post == nullptr;
+  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
+  double ss = thread_sumsq(xs, width);
+  ss = block_sum(ss, sh);
+  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(width) + static_cast<double>(rms_eps)));
+  for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
+    const float v = __ldcg(mix + k) * inv;
+    mix[k] = v;
+    m_sh[k] = v;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) g_hc_done = 0;  // for the next launch (stream order: it starts after this one)
+  if (head) {
+    if (threadIdx.x < n_hc) {
+      const int i = threadIdx.x;
+      pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
+    }
+  } else if (threadIdx.x < 32) {
+    if (n_hc == 4) hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+    else hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+  }
+  __syncthreads();
+  if (!head) {
+    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[k] = post_sh[k];
+    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[k] = comb_sh[k];
+  }
+  // x_in as k_hc_pre forms it, kept in shared memory (the staged weight row is no longer read).
+  float* xi = reinterpret_cast<float*>(ws);
+  const int64_t step = blockDim.x;
+  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * step) {
+    float acc[4] = {0, 0, 0, 0};
+    for (int s2 = 0; s2 < n_hc; ++s2) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = i0 + u * step < n ? xs[s2 * n + i0 + u * step] : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) acc[u] += pre[s2] * v[u];
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i0 + u * step < n) xi[i0 + u * step] = acc[u];
+  }
+  if (!norm) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i];
+    return;
+  }
+  // rms_norm as k_rms_norm: each thread reads back only what it wrote above, then the block sum.
+  double ss2 = thread_sumsq(xi, n);
+  ss2 = block_sum(ss2, sh);
+  const float inv2 = static_cast<float>(1.0 / sqrt(ss2 / static_cast<double>(n) + static_cast<double>(norm_eps)));
+  if (norm_w) {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i] * inv2 * norm_w[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i] * inv2;
   }
 }
 
@@ -503,8 +635,9 @@ void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const 
                DevPos pos0, int64_t pos_step, bool inverse, cudaStream_t s) {
   if (rows <= 0 || n_pairs <= 0 || n_heads <= 0) return;
   const size_t sh = static_cast<size_t>(2 * n_pairs) * sizeof(float);
-  k_rope_tail<<<grid_for(rows, 1), 256, sh, s>>>(x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0,
-                                                 pos_step, inverse);
+  const int64_t parts = std::min<int64_t>(64, (n_heads * n_pairs + 255) / 256);
+  const dim3 grid(grid_for(rows, 1), static_cast<unsigned>(parts));
+  k_rope_tail<<<grid, 256, sh, s>>>(x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0, pos_step, inverse);
   check_launch("rope_tail");
 }
 
@@ -539,6 +672,36 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
   k_hc_pre<<<grid_for(rows, 1), 1024, 0, s>>>(X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
                                              post, comb);
   check_launch("hc_pre");
+}
+
+bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
+                  int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
+                  float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
+                  float* comb, cudaStream_t s) {
+  const bool head = post == nullptr;
+  const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
+  const size_t es = wtype == 0 ? 4 : 2;
+  const size_t smem = static_cast<size_t>(width) * (4 + es);
+  if (n_hc < 1 || n_hc > kMaxHc || (!head && n_hc * n_hc > 32) || fn_in != width || fn_out != n_mix ||
+      width % 32 != 0 || 4 * n > width * static_cast<int64_t>(es) || smem > 200 * 1024 || reinterpret_cast<uintptr_t>(fn) % 16 != 0 ||
+      fn_stride % 16 != 0 || reinterpret_cast<uintptr_t>(X) % 16 != 0)
+    return false;
+  auto launch = [&](auto kernel) {
+    static bool opted = false;  // per instantiation
+    if (!opted) {
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
+            "cudaFuncSetAttribute (hc_pre fused)");
+      opted = true;
+    }
+    kernel<<<static_cast<unsigned>(n_mix), 1024, smem, s>>>(fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
+                                                           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post,
+                                                           comb);
+  };
+  if (wtype == 0) launch(k_hc_pre_fused<0>);
+  else if (wtype == 1) launch(k_hc_pre_fused<1>);
+  else launch(k_hc_pre_fused<2>);
+  check_launch("hc_pre (fused with its matmul and norm)");
+  return true;
 }
 
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,

@@ -9,7 +9,9 @@
 
 #include <climits>
 #include <mutex>
+#include <algorithm>
 #include <unordered_set>
+#include <vector>
 #include <cstdint>
 
 #include "compute/cuda/block_cache.h"
@@ -428,18 +430,32 @@ namespace {
 
 // One activation row (decode): a warp per output row (gemv_warp.cuh); rows of group g read
 // activation elements [g*n_in, (g+1)*n_in). tsm: 8 warps x nb floats of dynamic shared memory.
+// Up to kMaxMany matrices of one format against one activation row, in one launch: blocks
+// [block0[m], block0[m+1]) compute matrix m's rows, 8 per block.
+constexpr int kMaxMany = 8;
+struct WRows {
+  int count = 0;
+  int64_t group_rows = 0;  // matrix 0 only (count == 1)
+  const uint8_t* data[kMaxMany] = {};
+  size_t stride[kMaxMany] = {};
+  int64_t n_out[kMaxMany] = {};
+  float* y[kMaxMany] = {};
+  int64_t block0[kMaxMany + 1] = {};
+};
+
 template <class W>
-__global__ void __launch_bounds__(256) k_wmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
-                                                 ActQ aq, int64_t group_rows, float* y, const uint2* grid) {
-  extern __shared__ float wtsm[];
+__global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq, const uint2* grid) {
+  extern __shared__ float wtsm[];  // 8 warps x nb floats
   const int warp = threadIdx.x >> 5;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
-  if (o >= n_out) return;  // whole warp
+  int m = 0;
+  while (m + 1 < R.count && blockIdx.x >= R.block0[m + 1]) ++m;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) - R.block0[m]) * 8 + warp;
+  if (o >= R.n_out[m]) return;  // whole warp
   const int nb = static_cast<int>(n_in / W::kBE);
-  const int64_t first = group_rows > 0 ? o / group_rows * n_in : 0;
-  float v = warp_qdot<W>(w + o * row_stride, warp_act<W>(aq, 0, first), nb, wtsm + warp * nb, grid);
+  const int64_t first = R.group_rows > 0 ? o / R.group_rows * n_in : 0;
+  float v = warp_qdot<W>(R.data[m] + o * R.stride[m], warp_act<W>(aq, 0, first), nb, wtsm + warp * nb, grid);
   if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
-  if ((threadIdx.x & 31) == 0) y[o] = v;
+  if ((threadIdx.x & 31) == 0) R.y[m][o] = v;
 }
 
 // Float weights, one activation row: a warp per output row, lane L = the CPU's FMA chain L
@@ -485,14 +501,27 @@ void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group
 }
 
 template <class W>
-void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_rows, cudaStream_t s) {
-  const int64_t nb = w.n_in / W::kBE;
+void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
+                         cudaStream_t s) {
+  const int64_t n_in = ws[0].n_in, nb = n_in / W::kBE;
+  WRows R;
+  R.count = count;
+  R.group_rows = group_rows;
+  for (int m = 0; m < count; ++m) {
+    R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
+    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
+  }
+  if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
   const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
   allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
   const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
-  k_wmatmul<W><<<static_cast<unsigned>((w.n_out + 7) / 8), 256, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq,
-                                                                          group_rows, y, grid);
+  k_wmatmul<W><<<static_cast<unsigned>(R.block0[count]), 256, smem, s>>>(R, n_in, aq, grid);
   check_launch("matmul (warp rows)");
+}
+
+template <class W>
+void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_rows, cudaStream_t s) {
+  launch_wmatmul_rows<W>(&w, &y, 1, group_rows, aq, s);
 }
 
 }  // namespace
@@ -573,6 +602,40 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     case GgmlType::Q4_K: run(FmtQ4_K{}); return;
     case GgmlType::IQ2_XXS: run(FmtIQ2_XXS{}); return;
     default: fail("CUDA matmul: weight type {} is not supported", type_name(w.type));
+  }
+}
+
+void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
+                 cudaStream_t stream) {
+  if (count <= 0) return;
+  static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;
+  for (int i = 1; i < count; ++i)
+    if (ws[i].n_in != ws[0].n_in) fail("CUDA matmul_many: matrices of {} and {} inputs", ws[0].n_in, ws[i].n_in);
+  // One-row Q8_0 products that the warp kernel takes share one quantization and one launch;
+  // everything else runs as its own matmul.
+  std::vector<DevMatrix> q;
+  std::vector<float*> qy;
+  for (int i = 0; i < count; ++i) {
+    const bool warp = rows == 1 && !float_acts && !staged_only && ws[i].type == GgmlType::Q8_0 && ws[i].n_out > 0 &&
+                      warp_passes<WarpQ8_0>(static_cast<int>(ws[i].n_in / 32)) != 0;
+    if (warp) {
+      check_matrix(ws[i], "matmul");
+      if (!ys[i]) fail("CUDA matmul: null output pointer");
+      q.push_back(ws[i]);
+      qy.push_back(ys[i]);
+    } else {
+      matmul(ws[i], x, rows, ys[i], 0, 0, float_acts, stream);
+    }
+  }
+  if (q.empty()) return;
+  if (!x) fail("CUDA matmul: null activation pointer");
+  const int64_t n = q[0].n_in;
+  if (n % 32 != 0) fail("CUDA matmul: activation row of {} is not a whole number of q8_0 blocks", n);
+  Scratch buf(act_bytes(GgmlType::Q8_0, 1, n), stream);
+  const ActQ aq = quantize_acts(GgmlType::Q8_0, x, 1, n, n, buf.get(), stream);
+  for (size_t i0 = 0; i0 < q.size(); i0 += kMaxMany) {
+    const int c = static_cast<int>(std::min<size_t>(kMaxMany, q.size() - i0));
+    launch_wmatmul_rows<WarpQ8_0>(q.data() + i0, qy.data() + i0, c, 0, aq, stream);
   }
 }
 

@@ -39,6 +39,11 @@ bool gemv_supports(GgmlType type);
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
             bool float_acts, cudaStream_t stream);
 
+// ys[i] = ws[i] . x (dense strides) for i < count, all ws of one n_in: one activation
+// quantization per format and, for one-row Q8_0 products, one launch for all of them.
+void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
+                 cudaStream_t stream);
+
 // Grouped rows: W's n_out rows split into `groups` equal groups; output row o of group g reads
 // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in long), i.e. group g's
 // slice (compute::Backend::matmul_grouped). groups = 1 is matmul.

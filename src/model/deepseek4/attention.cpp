@@ -4,6 +4,7 @@
 // session state runs token by token in position order, so a batch equals serial decoding.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "model/deepseek4/forward.h"
@@ -63,33 +64,46 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   const std::vector<double>& freqs = R > 0 ? m_.freqs_compressed_ : m_.freqs_swa_;
   const bool sim = m_.opt_.act_quant_sim;
 
-  HcMix mix = hc_pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, X);
-  FBuf a = buf(n_ * d);
-  be_.rms_norm(mix.x_in.data(), L.attn_norm, d, n_, hp_.rms_eps, a.data());
+  HcMix mix = hc_pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, X, L.attn_norm);
+  const FBuf& a = mix.x_in;  // normalized by attn_norm
 
-  FBuf qr = project(L.q_a, a, n_);
-  be_.rms_norm(qr.data(), L.q_a_norm, hp_.q_lora_rank, n_, hp_.rms_eps, qr.data());
-  FBuf q = project(L.q_b, qr, n_);
-  be_.rms_norm(q.data(), nullptr, hd, n_ * nh, hp_.rms_eps, q.data());  // per head, no weight (trap 6)
-  FBuf kv = project(L.kv, a, n_);
-  be_.rms_norm(kv.data(), L.kv_norm, hd, n_, hp_.rms_eps, kv.data());
-
+  // Every projection of `a` in one call (a device backend quantizes `a` once and runs them in
+  // one launch); then those of the normalized q_a output.
+  FBuf qr = buf(n_ * L.q_a.n_out), kv = buf(n_ * L.kv.n_out);
   FBuf ckv, csc, ikv, isc, iq, iw;
+  std::vector<const compute::Matrix*> ws{&L.q_a, &L.kv};
+  std::vector<float*> ys{qr.data(), kv.data()};
+  auto also = [&](const compute::Matrix& w, FBuf& y) {
+    y = buf(n_ * w.n_out);
+    ws.push_back(&w);
+    ys.push_back(y.data());
+  };
   if (L.has_compressor) {
-    ckv = project(L.comp.kv, a, n_);
-    csc = project(L.comp.gate, a, n_);
+    also(L.comp.kv, ckv);
+    also(L.comp.gate, csc);
   }
   bool need_index_scores = false;
   if (L.has_indexer) {
-    ikv = project(L.idx_comp.kv, a, n_);
-    isc = project(L.idx_comp.gate, a, n_);
+    also(L.idx_comp.kv, ikv);
+    also(L.idx_comp.gate, isc);
     // Scoring only matters once some query of the batch sees more rows than top-k.
     need_index_scores = (p0_ + n_) / R > hp_.indexer_top_k;
-    if (need_index_scores) {
-      iq = project(L.idx_q_b, qr, n_);
-      iw = project(L.idx_proj, a, n_);
-    }
+    if (need_index_scores) also(L.idx_proj, iw);
   }
+  be_.matmul_many(ws, a.data(), n_, ys);
+
+  be_.rms_norm(qr.data(), L.q_a_norm, hp_.q_lora_rank, n_, hp_.rms_eps, qr.data());
+  FBuf q = buf(n_ * L.q_b.n_out);
+  if (need_index_scores) {
+    iq = buf(n_ * L.idx_q_b.n_out);
+    const compute::Matrix* qw[] = {&L.q_b, &L.idx_q_b};
+    float* qy[] = {q.data(), iq.data()};
+    be_.matmul_many(qw, qr.data(), n_, qy);
+  } else {
+    be_.matmul(L.q_b, qr.data(), n_, q.data());
+  }
+  be_.rms_norm(q.data(), nullptr, hd, n_ * nh, hp_.rms_eps, q.data());  // per head, no weight (trap 6)
+  be_.rms_norm(kv.data(), L.kv_norm, hd, n_, hp_.rms_eps, kv.data());
 
   // Position-wise steps for the whole batch (each row depends on its own token only).
   be_.rope_tail(q.data(), n_, nh, hd, freqs, p0_, 1, false);

@@ -14,12 +14,14 @@ FBuf Forward::project(const compute::Matrix& w, const FBuf& x, int64_t rows) {
   return y;
 }
 
-HcMix Forward::hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X) {
+HcMix Forward::hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X,
+                      const float* norm) {
   const int64_t d = hp_.n_embd;
   const int hc = hp_.n_hc;
-  FBuf mix = project(fn, X, n_);
+  FBuf mix = buf(n_ * fn.n_out);
   HcMix out{buf(n_ * d), buf(n_ * hc), buf(n_ * hc * hc)};
-  be_.hc_pre(X.data(), mix.data(), n_, hc_params(scale, base), out.x_in.data(), out.post.data(), out.comb.data());
+  be_.hc_pre_norm(fn, X.data(), mix.data(), n_, hc_params(scale, base), true, norm, hp_.rms_eps, out.x_in.data(),
+                  out.post.data(), out.comb.data());
   return out;
 }
 
@@ -37,10 +39,9 @@ FBuf Forward::head_logits(const FBuf& X, int64_t first_row) {
   const int64_t rows = n_ - first_row;
   const float* Xr = X.data() + first_row * hc * d;
   FBuf mix = buf(rows * hc);
-  be_.matmul(w_.output_hc_fn, Xr, rows, mix.data());
   FBuf h = buf(rows * d);
-  be_.hc_pre(Xr, mix.data(), rows, hc_params(w_.output_hc_scale, w_.output_hc_base), h.data(), nullptr, nullptr);
-  be_.rms_norm(h.data(), w_.output_norm, d, rows, hp_.rms_eps, h.data());
+  be_.hc_pre_norm(w_.output_hc_fn, Xr, mix.data(), rows, hc_params(w_.output_hc_scale, w_.output_hc_base), true,
+                  w_.output_norm, hp_.rms_eps, h.data(), nullptr, nullptr);
   return project(w_.output, h, rows);
 }
 

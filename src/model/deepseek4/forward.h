@@ -12,7 +12,7 @@ namespace ds4::model::deepseek4 {
 
 using FBuf = compute::Buffer<float>;
 
-// Outputs of hc_pre for a batch: sublayer inputs plus the per-token post weights and comb.
+// Outputs of hc_pre for a batch: sublayer inputs (normalized) plus the per-token post weights and comb.
 struct HcMix {
   FBuf x_in;  // [n][d]
   FBuf post;  // [n][n_hc]
@@ -33,7 +33,8 @@ class Forward {
  private:
   FBuf buf(int64_t n) { return FBuf(be_, static_cast<size_t>(n)); }
   FBuf project(const compute::Matrix& w, const FBuf& x, int64_t rows);
-  HcMix hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X);
+  // x_in comes back normalized by rms_norm with `norm` (the sub-layer's attn_norm / ffn_norm).
+  HcMix hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X, const float* norm);
   compute::HcParams hc_params(const float* scale, const float* base) const;
   void hc_post(const HcMix& mix, const FBuf& y, const FBuf& X, FBuf& Xout);
   // Logits of rows first_row.. of the batch (backend memory).

@@ -69,9 +69,8 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   const int64_t d = hp_.n_embd, K = hp_.n_expert_used;
   const float limit = hp_.swiglu_limit[static_cast<size_t>(il)];
 
-  HcMix mix = hc_pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, X);
-  FBuf f = buf(n_ * d);
-  be_.rms_norm(mix.x_in.data(), L.ffn_norm, d, n_, hp_.rms_eps, f.data());
+  HcMix mix = hc_pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, X, L.ffn_norm);
+  const FBuf& f = mix.x_in;  // normalized by ffn_norm
 
   FBuf logits = project(L.router, f, n_);
   compute::Buffer<int32_t> experts(be_, static_cast<size_t>(n_ * K));
@@ -101,7 +100,10 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
 
   if (L.has_shared) {
     const int64_t sff = L.gate_sh.n_out;
-    FBuf gs = project(L.gate_sh, f, n_), us = project(L.up_sh, f, n_), hs = buf(n_ * sff);
+    FBuf gs = buf(n_ * sff), us = buf(n_ * sff), hs = buf(n_ * sff);
+    const compute::Matrix* sw[] = {&L.gate_sh, &L.up_sh};
+    float* sy[] = {gs.data(), us.data()};
+    be_.matmul_many(sw, f.data(), n_, sy);
     be_.swiglu(gs.data(), us.data(), n_, sff, limit, nullptr, hs.data());
     FBuf ys = project(L.down_sh, hs, n_);
     be_.add(y.data(), ys.data(), n_ * d);
