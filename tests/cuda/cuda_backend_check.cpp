@@ -348,7 +348,11 @@ void case_embed(GgmlType type, int64_t n_rows, int64_t n_in, int64_t rows, int c
   const auto& tr = traits(type);
   std::vector<float> src = normal(n_rows * n_in, 0.05f);
   std::vector<uint8_t> bytes(row_bytes(tr, n_in) * n_rows);
-  quant::quantize_rows(type, src.data(), bytes.data(), n_rows, n_in, nullptr);
+  // Random positive importance weights for the writers that require them (IQ2_XXS, IQ2_XS, IQ1_S).
+  std::vector<float> imat;
+  if (quant::needs_imatrix(type))
+    for (float v : normal(n_in)) imat.push_back(0.1f + std::fabs(v));
+  quant::quantize_rows(type, src.data(), bytes.data(), n_rows, n_in, imat.empty() ? nullptr : imat.data());
   compute::Matrix m{type, weight(bytes, "embed.table"), n_in, n_rows, row_bytes(tr, n_in)};
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(n_rows - 1));
   std::vector<int32_t> th(rows);
@@ -799,6 +803,11 @@ int main(int argc, char** argv) {
     case_fill(1000);
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K})
       case_embed(t, 300, 4096, 5, 4);
+    // The further formats (cuda_dequant.cu embed_ext; tables made by the CPU quantizers).
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q3_K,
+                       GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::IQ1_S, GgmlType::IQ1_M,
+                       GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S})
+      case_embed(t, 48, 2048, 5, 2);
     case_embed(GgmlType::F32, 10, 32, 3, 1);
     case_hc_pre(1, 4, 4096, false);
     case_hc_pre(4, 4, 4096, false);

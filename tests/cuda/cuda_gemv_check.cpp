@@ -3,6 +3,12 @@
 // moe_experts against a CPU MoE built from the quant codecs; then a timing table (GB/s of weight
 // bytes, rows = 1) next to a device-to-device cudaMemcpy measured in the same run.
 //
+// Usage: cuda_gemv_check [--types all|old|new]. "old": the first seven formats (F32, F16, BF16,
+// Q8_0, Q2_K, Q4_K, IQ2_XXS: random quants with finite random scales); "new": the further formats
+// of gemv_formats_ext.cuh (Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
+// IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), whose weights are blocks made by the CPU's own quantizers from
+// random rows (tests/cuda/quant_pool.h); default all.
+//
 // Reference: the CPU codecs on the same inputs: quant::quantize_activation_row + quant::vec_dot
 // (what compute/cpu's matmul does per row), or dequantize_row + the f32 vec_dot (float_acts).
 // Pass rule without float_acts: every output equal to the CPU's bit for bit (the kernels add
@@ -10,9 +16,11 @@
 // kernel's FMA chains, so only where the CPU has AVX2). The bounds below are checked too; with
 // float_acts (decoded weights, another order) they are the pass rule.
 // Tolerances (|gpu - cpu| per output):
-//  * integer-dot paths (Q8_0, Q2_K, Q4_K, IQ2_XXS against Q8_0/Q8_K activations): 1e-5 * S,
+//  * integer-dot paths (every quantized type against Q8_0/Q8_K activations): 1e-5 * S,
 //    S = sum over the row of |terms|: |w_i a_i| with w, a the decoded weight and activation
-//    (for Q2_K/Q4_K |d*sc*q*a| + |dmin*m*a|, the two products each block subtracts). Both sides
+//    (for Q2_K/Q4_K/Q5_K |d*sc*q*a| + |dmin*m*a|, the two products each block subtracts; for
+//    IQ1_S/IQ1_M, whose weight d*(g+delta) is summed as d*g and d*delta apart, 9/7 * |w_i a_i|,
+//    which bounds |d*g*a| + |d*delta*a| for g in {-1,0,1}, |delta| = 1/8). Both sides
 //    compute the same per-block floats; only the order of adding them differs, which moves the
 //    result by at most (blocks added in sequence on both sides) * 2^-24 * S << 1e-5 * S.
 //  * float paths (F32/F16/BF16 weights, float_acts): (n/8 + 16 + e + 5) * 2^-24 * S with
@@ -33,6 +41,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -45,6 +54,7 @@
 #include "quant/iq2_tables.h"
 #include "compute/numerics.h"
 #include "quant/quant.h"
+#include "quant_pool.h"
 
 using namespace ds4;
 
@@ -86,14 +96,36 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
 }
 
 bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-bool is_kquant(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q4_K; }
+// Formats whose blocks subtract a min (x = d*sc*q - dmin*m): the bound counts both products.
+bool is_kquant(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+bool is_iq1(GgmlType t) { return t == GgmlType::IQ1_S || t == GgmlType::IQ1_M; }
 std::string tname(GgmlType t) { return std::string(traits(t).name); }
+
+// The further formats (gemv_formats_ext.cuh): weights from the CPU quantizers.
+const std::vector<GgmlType> kNewTypes = {GgmlType::Q4_0,  GgmlType::Q5_0,   GgmlType::IQ4_NL, GgmlType::MXFP4,
+                                         GgmlType::Q3_K,  GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::IQ4_XS,
+                                         GgmlType::IQ1_S, GgmlType::IQ1_M,  GgmlType::IQ2_XS, GgmlType::IQ2_S,
+                                         GgmlType::IQ3_XXS, GgmlType::IQ3_S};
+bool is_new_type(GgmlType t) { return std::find(kNewTypes.begin(), kNewTypes.end(), t) != kNewTypes.end(); }
+
+// One pool of quantizer-made blocks per new type, built on first use (seeded from the run's
+// seed). Not thread-safe: called from the main thread only.
+uint64_t g_pool_seed = 0;
+const cudatest::BlockPool& pool_for(GgmlType t) {
+  static std::vector<std::unique_ptr<cudatest::BlockPool>> pools;
+  for (auto& p : pools)
+    if (p->type == t) return *p;
+  pools.push_back(std::make_unique<cudatest::BlockPool>(
+      cudatest::make_block_pool(t, g_pool_seed ^ (static_cast<uint64_t>(t) * 0x9E3779B1ull))));
+  return *pools.back();
+}
 
 // Random, valid weight bytes: quants random, block scales finite f16 (spec §4 layouts).
 void fill_weights(GgmlType t, uint8_t* dst, int64_t n_rows, size_t row_stride, int64_t n_in, Rng& rng) {
   const auto& tr = traits(t);
   const size_t rb = row_bytes(tr, static_cast<uint64_t>(n_in));
   const uint64_t base = rng.next();  // fresh bytes for every call
+  const cudatest::BlockPool* pool = is_new_type(t) ? &pool_for(t) : nullptr;
   parallel_for((n_rows + 255) / 256, [&](int64_t chunk) {
     Rng r(base ^ (static_cast<uint64_t>(chunk) * 0x51ED27ull + 7));
     for (int64_t o = chunk * 256; o < std::min(n_rows, chunk * 256 + 256); ++o) {
@@ -109,6 +141,9 @@ void fill_weights(GgmlType t, uint8_t* dst, int64_t n_rows, size_t row_stride, i
           const uint16_t h = t == GgmlType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
           std::memcpy(row + 2 * i, &h, 2);
         }
+      } else if (pool) {
+        cudatest::PoolRng pr(r.next());
+        cudatest::fill_row_from_pool(*pool, row, n_in / tr.block_elems, pr);
       } else {
         for (size_t i = 0; i < rb; i += 8) {
           const uint64_t v = r.next();
@@ -154,7 +189,7 @@ void decode_row(GgmlType t, const uint8_t* row, int64_t n, float* w, float* w0) 
   if (!is_kquant(t)) return;
   const auto& tr = traits(t);
   std::vector<uint8_t> copy(row, row + row_bytes(tr, static_cast<uint64_t>(n)));
-  const size_t off = t == GgmlType::Q2_K ? 82 : 2;
+  const size_t off = t == GgmlType::Q2_K ? 82 : 2;  // dmin (Q4_K, Q5_K: {d, dmin, ...})
   for (int64_t b = 0; b < n / 256; ++b) copy[b * tr.block_bytes + off] = 0, copy[b * tr.block_bytes + off + 1] = 0;
   quant::dequantize_row(t, copy.data(), w0, n);
 }
@@ -165,6 +200,7 @@ double abs_terms(GgmlType t, const float* w, const float* w0, const float* a, in
     for (int64_t i = 0; i < n; ++i) s += (std::fabs(static_cast<double>(w0[i])) + std::fabs(static_cast<double>(w0[i]) - w[i])) * std::fabs(a[i]);
   } else {
     for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(w[i]) * a[i]);
+    if (is_iq1(t)) s *= 9.0 / 7.0;
   }
   return s;
 }
@@ -564,7 +600,22 @@ double graph_ms(const std::function<void(int)>& fn, cudaStream_t s) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string which = "all";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--types" && i + 1 < argc) {
+      which = argv[++i];
+    } else {
+      std::printf("usage: %s [--types all|old|new]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (which != "all" && which != "old" && which != "new") {
+    std::printf("usage: %s [--types all|old|new]\n", argv[0]);
+    return 2;
+  }
+  const bool run_old = which != "new", run_new = which != "old";
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -583,8 +634,9 @@ int main() {
   ck(cudaStreamCreate(&s), "stream");
   const auto t_start = std::chrono::steady_clock::now();
   const uint64_t seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  std::printf("seed %llu\n", (unsigned long long)seed);
+  std::printf("seed %llu (types: %s)\n", (unsigned long long)seed, which.c_str());
   Rng rng(seed);
+  g_pool_seed = rng.next();
 
   // The IQ2_XXS sign rule the kernels compute (7 bits + even parity) against the CPU's table.
   {
@@ -593,13 +645,22 @@ int main() {
       const int v = i | ((__builtin_popcount(i) & 1) << 7);
       bad += v != quant::ksigns_iq2xs[i];
     }
-    report("CASE", "iq2_xxs sign table = 7 bits + parity bit", bad, bad, "0", bad == 0);
+    report("CASE", "iq2_xxs/iq2_xs/iq3_xxs sign table = 7 bits + parity bit", bad, bad, "0", bad == 0);
   }
 
-  const std::vector<GgmlType> types = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,   GgmlType::Q8_0,
-                                       GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS};
+  std::vector<GgmlType> types;
+  if (run_old)
+    types = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS};
+  if (run_new) types.insert(types.end(), kNewTypes.begin(), kNewTypes.end());
   const std::vector<int64_t> row_counts = {1, 2, 7, 16, 100};
   for (GgmlType t : types) {
+    if (is_new_type(t)) {
+      const auto t0 = std::chrono::steady_clock::now();
+      pool_for(t);
+      std::printf("pool  %-8s %lld blocks from the CPU quantizer in %.2f s\n", tname(t).c_str(),
+                  (long long)pool_for(t).n_blocks,
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     const int64_t be = is_float_type(t) ? 1 : traits(t).block_elems;
     struct Shape {
       const char* label;
@@ -613,8 +674,13 @@ int main() {
         {"expert_down", 2048, 4096, 0, 0},
         {"small", 3 * std::max<int64_t>(be, 32), 37, 0, 0},
         {"one_block", std::max<int64_t>(be, 8), 5, 0, 0},
-        {"padded+offset", 5 * std::max<int64_t>(be, 32), 300, 16, t == GgmlType::F32 || is_kquant(t) ? 4u : 2u},
+        {"padded+offset", 5 * std::max<int64_t>(be, 32), 300, 16,
+         t == GgmlType::F32 || t == GgmlType::Q2_K || t == GgmlType::Q4_K ? 4u
+         : t == GgmlType::MXFP4 || t == GgmlType::IQ1_M                  ? 1u  // byte-aligned formats: odd offsets
+                                                                          : 2u},
     };
+    // The further formats: the Flash expert shapes and the small ones (q_a/q_b are Q8_0 there).
+    if (is_new_type(t)) shapes.erase(shapes.begin(), shapes.begin() + 2);
     if (is_float_type(t)) shapes.push_back({"odd_len", 100, 77, 0, 0});
     if (t == GgmlType::Q8_0 || t == GgmlType::F16) shapes.push_back({"output_head", 4096, 129280, 0, 0});
     for (const Shape& sh : shapes) {
@@ -627,7 +693,10 @@ int main() {
   }
 
   // matmul_grouped (the attention output's 8 groups) against one matmul per group: same values.
-  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::F16}) {
+  std::vector<GgmlType> grouped;
+  if (run_old) grouped = {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::F16};
+  if (run_new) grouped.insert(grouped.end(), {GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q6_K, GgmlType::IQ2_XS});
+  for (GgmlType t : grouped) {
     const int64_t G = 8, gin = 512, per = 64, rows = 3;
     Weights w = make_weights(t, gin, G * per, 0, 0, rng);
     std::vector<float> x(rows * G * gin);
@@ -658,14 +727,25 @@ int main() {
 
   // MoE: the Flash layer (IQ2_XXS gate/up, Q2_K down, 256 experts, top-6) and other formats.
   // (kept for the timing below)
-  ExpertHost fg = make_experts(GgmlType::IQ2_XXS, 4096, 2048, 256, rng);
-  ExpertHost fu = make_experts(GgmlType::IQ2_XXS, 4096, 2048, 256, rng);
-  ExpertHost fd = make_experts(GgmlType::Q2_K, 2048, 4096, 256, rng);
-  for (int64_t rows : row_counts) check_moe(fg, fu, fd, rows, 6, rows == 7 ? 0.0f : 10.0f, false, rng, s);
-  check_moe(fg, fu, fd, 1, 6, 10.0f, true, rng, s);
-  for (auto [tg, td] : {std::pair{GgmlType::Q2_K, GgmlType::Q2_K}, std::pair{GgmlType::IQ2_XXS, GgmlType::IQ2_XXS},
-                        std::pair{GgmlType::Q8_0, GgmlType::Q8_0}, std::pair{GgmlType::Q4_K, GgmlType::Q4_K},
-                        std::pair{GgmlType::F16, GgmlType::BF16}}) {
+  ExpertHost fg{}, fu{}, fd{};
+  std::vector<std::pair<GgmlType, GgmlType>> moe_types;
+  if (run_old) {
+    fg = make_experts(GgmlType::IQ2_XXS, 4096, 2048, 256, rng);
+    fu = make_experts(GgmlType::IQ2_XXS, 4096, 2048, 256, rng);
+    fd = make_experts(GgmlType::Q2_K, 2048, 4096, 256, rng);
+    for (int64_t rows : row_counts) check_moe(fg, fu, fd, rows, 6, rows == 7 ? 0.0f : 10.0f, false, rng, s);
+    check_moe(fg, fu, fd, 1, 6, 10.0f, true, rng, s);
+    moe_types = {{GgmlType::Q2_K, GgmlType::Q2_K}, {GgmlType::IQ2_XXS, GgmlType::IQ2_XXS}, {GgmlType::Q8_0, GgmlType::Q8_0},
+                 {GgmlType::Q4_K, GgmlType::Q4_K}, {GgmlType::F16, GgmlType::BF16}};
+  }
+  if (run_new) {
+    // Every further format as gate/up/down, then two of llama.cpp's mixes (Q4_K_M-style
+    // Q4_K gate/up with Q6_K down; IQ3_XXS gate/up with IQ4_XS down).
+    for (GgmlType t : kNewTypes) moe_types.push_back({t, t});
+    moe_types.push_back({GgmlType::Q4_K, GgmlType::Q6_K});
+    moe_types.push_back({GgmlType::IQ3_XXS, GgmlType::IQ4_XS});
+  }
+  for (auto [tg, td] : moe_types) {
     ExpertHost g = make_experts(tg, 1024, 512, 16, rng);
     ExpertHost u = make_experts(tg, 1024, 512, 16, rng);
     ExpertHost d = make_experts(td, 512, 1024, 16, rng);
@@ -686,11 +766,13 @@ int main() {
                 ms * 1e3, 2.0 * bytes / ms / 1e6, bytes / ms / 1e6);
   }
   struct TShape {
-    const char* label;
+    std::string label;
     GgmlType type;
     int64_t n_in, n_out;
   };
-  for (const TShape& ts : {TShape{"q_a q8_0 4096->1024", GgmlType::Q8_0, 4096, 1024},
+  std::vector<TShape> tshapes;
+  if (run_old)
+    tshapes = {TShape{"q_a q8_0 4096->1024", GgmlType::Q8_0, 4096, 1024},
                            TShape{"q_b q8_0 1024->32768", GgmlType::Q8_0, 1024, 32768},
                            TShape{"shared expert q8_0 4096->2048", GgmlType::Q8_0, 4096, 2048},
                            TShape{"output head q8_0 4096->129280", GgmlType::Q8_0, 4096, 129280},
@@ -703,7 +785,10 @@ int main() {
                            TShape{"hc mix f16 16384->24", GgmlType::F16, 16384, 24},
                            TShape{"kv q8_0 4096->512", GgmlType::Q8_0, 4096, 512},
                            TShape{"out_b q8_0 8192->4096", GgmlType::Q8_0, 8192, 4096},
-                           TShape{"router f16 4096->256", GgmlType::F16, 4096, 256}}) {
+                           TShape{"router f16 4096->256", GgmlType::F16, 4096, 256}};
+  if (run_new)
+    for (GgmlType t : kNewTypes) tshapes.push_back({"expert " + tname(t) + " 4096->2048", t, 4096, 2048});
+  for (const TShape& ts : tshapes) {
     const size_t mbytes = row_bytes(traits(ts.type), ts.n_in) * ts.n_out;
     const int copies = static_cast<int>(std::max<size_t>(1, (size_t{256} << 20) / mbytes + 1));
     Dev w(mbytes * copies), x(ts.n_in * 4), y(ts.n_out * 4);
@@ -722,33 +807,45 @@ int main() {
       cuda::matmul(m, x.as<float>(), 1, y.as<float>(), 0, 0, false, s);
     };
     const double ms = time_ms(run, s), gms = graph_ms(run, s);
-    std::printf("TIME  %-44s %9.1f us  %7.0f GB/s  (%.1f MB, %d copies)  in a graph: %7.1f us %6.0f GB/s\n", ts.label,
+    std::printf("TIME  %-44s %9.1f us  %7.0f GB/s  (%.1f MB, %d copies)  in a graph: %7.1f us %6.0f GB/s\n", ts.label.c_str(),
                 ms * 1e3, mbytes / ms / 1e6, mbytes / 1e6, copies, gms * 1e3, gms > 0 ? mbytes / gms / 1e6 : 0.0);
   }
-  {
-    const ExpertHost &g = fg, &u = fu, &d = fd;
+  // Decode-like MoE timing: one token, 6 experts, a different routing every run.
+  auto time_moe = [&](const ExpertHost& g, const ExpertHost& u, const ExpertHost& d, const std::string& label) {
     const int reps = 33;
     std::vector<int32_t> ids;
     std::vector<float> wts;
-    random_routes(reps, 6, 256, rng, ids, wts);
-    Dev di(ids.size() * 4), dw(wts.size() * 4), x(4096 * 4), y(4096 * 4);
+    random_routes(reps, 6, g.n_expert, rng, ids, wts);
+    const int64_t n_embd = g.n_in;
+    Dev di(ids.size() * 4), dw(wts.size() * 4), x(n_embd * 4), y(n_embd * 4);
     ck(cudaMemcpy(di.p, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice), "ids");
     ck(cudaMemcpy(dw.p, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice), "wts");
-    std::vector<float> hx(4096);
-    fill_acts(hx.data(), 1, 4096, 4096, rng);
+    std::vector<float> hx(n_embd);
+    fill_acts(hx.data(), 1, n_embd, n_embd, rng);
     for (auto& v : hx) v *= 0.2f;
-    ck(cudaMemcpy(x.p, hx.data(), 4096 * 4, cudaMemcpyHostToDevice), "x");
-    auto run = [&](int i) {  // a different routing every run: 6 of 256 experts, like decode
+    ck(cudaMemcpy(x.p, hx.data(), n_embd * 4, cudaMemcpyHostToDevice), "x");
+    auto run = [&](int i) {
       cuda::moe_experts(g.dx(), u.dx(), d.dx(), x.as<float>(), di.as<int32_t>() + (i % reps) * 6,
                         dw.as<float>() + (i % reps) * 6, 1, 6, 10.0f, y.as<float>(), false, s);
     };
     const double ms = time_ms(run, s), gms = graph_ms(run, s);
     const double wbytes = 6.0 * (2.0 * g.expert_stride + d.expert_stride);
     std::printf("TIME  %-44s %9.1f us  %7.0f GB/s  (%.1f MB of expert weights per token)  in a graph: %7.1f us %6.0f GB/s\n",
-                "moe iq2_xxs gate/up + q2_k down, 6 of 256", ms * 1e3, wbytes / ms / 1e6, wbytes / 1e6, gms * 1e3,
-                gms > 0 ? wbytes / gms / 1e6 : 0.0);
+                label.c_str(), ms * 1e3, wbytes / ms / 1e6, wbytes / 1e6, gms * 1e3, gms > 0 ? wbytes / gms / 1e6 : 0.0);
+  };
+  if (run_old) {
+    time_moe(fg, fu, fd, "moe iq2_xxs gate/up + q2_k down, 6 of 256");
     delete fg.dev, delete fu.dev, delete fd.dev;
   }
+  if (run_new)  // 32 experts of the Flash shape: several hundred MB, beyond the L2 cache
+    for (auto [tg, td] : {std::pair{GgmlType::MXFP4, GgmlType::MXFP4}, std::pair{GgmlType::Q4_K, GgmlType::Q6_K},
+                          std::pair{GgmlType::IQ3_XXS, GgmlType::IQ4_XS}}) {
+      ExpertHost g = make_experts(tg, 4096, 2048, 32, rng);
+      ExpertHost u = make_experts(tg, 4096, 2048, 32, rng);
+      ExpertHost d = make_experts(td, 2048, 4096, 32, rng);
+      time_moe(g, u, d, "moe " + tname(tg) + " gate/up + " + tname(td) + " down, 6 of 32");
+      delete g.dev, delete u.dev, delete d.dev;
+    }
   ck(cudaStreamDestroy(s), "stream");
   const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   std::printf("%d cases, %d failed; total %.1f s\n", g_cases, g_failures, total_s);

@@ -21,6 +21,7 @@
 
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_backend.h"
+#include "compute/cuda/cuda_dequant.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/gemv.h"
 #include "core/error.h"
@@ -687,11 +688,16 @@ void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows
     case GgmlType::Q8_0:
     case GgmlType::Q2_K:
     case GgmlType::Q4_K: break;
-    default: fail("CUDA embed: table type {} is not supported", traits(table.type).name);
+    default:
+      if (cuda::embed_ext_supports(table.type)) break;
+      fail("CUDA embed: table type {} is not supported", traits(table.type).name);
   }
   if (copies < 1) fail("CUDA embed: {} copies", copies);
   cuda::DevMatrix t = dev_matrix(table, "embed", "table");
-  cuda::embed(table.type, t.data, t.n_in, t.n_out, t.row_stride, tokens, rows, copies, X, d_err_, stream_);
+  if (cuda::embed_ext_supports(table.type))
+    cuda::embed_ext(table.type, t.data, t.n_in, t.n_out, t.row_stride, tokens, rows, copies, X, d_err_, stream_);
+  else
+    cuda::embed(table.type, t.data, t.n_in, t.n_out, t.row_stride, tokens, rows, copies, X, d_err_, stream_);
 }
 
 void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,

@@ -2,14 +2,14 @@
 #include <cuda_runtime.h>
 
 #include "compute/cuda/cuda_dequant.h"
+#include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/gemv_formats_ext.cuh"
 #include "core/error.h"
 
 namespace ds4::cuda {
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) fail("CUDA {}: {}", what, cudaGetErrorString(e));
-}
+// check() / check_launch(): cuda_ops.h.
 
 __device__ inline float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
@@ -70,7 +70,54 @@ __global__ void dequant_q4_K(const uint8_t* src, float* dst, int64_t n_blocks) {
   }
 }
 
+// The further formats (gemv_formats_ext.cuh): one thread per 32-weight group, the decoders the
+// float_acts GEMV path uses.
+template <class F>
+__global__ void dequant_ext(const uint8_t* src, float* dst, int64_t n_groups) {
+  const int64_t gi = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (gi >= n_groups) return;
+  constexpr int kG = F::kBE / 32;
+  float v[32];
+  F::decode32(src + (gi / kG) * F::kBB, static_cast<int>(gi % kG), v);
+  for (int t = 0; t < 32; ++t) dst[gi * 32 + t] = v[t];
+}
+
+// Embedding rows of the further formats: one block per token, as k_embed (cuda_ops_misc.cu).
+template <class F>
+__global__ void embed_ext_rows(const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
+                               const int32_t* tokens, int copies, float* X, int* err) {
+  const int64_t t = blockIdx.x;
+  const int32_t tok = tokens[t];
+  if (tok < 0 || tok >= n_rows) {
+    if (threadIdx.x == 0 && atomicCAS(err, 0, kErrEmbedToken) == 0) err[1] = tok;
+    return;
+  }
+  const uint8_t* row = table + static_cast<size_t>(tok) * row_stride;
+  float* x0 = X + t * copies * n_in;
+  constexpr int kG = F::kBE / 32;
+  for (int64_t gi = threadIdx.x; gi < n_in / 32; gi += blockDim.x) {
+    float v[32];
+    F::decode32(row + (gi / kG) * F::kBB, static_cast<int>(gi % kG), v);
+    for (int c = 0; c < copies; ++c)
+      for (int j = 0; j < 32; ++j) x0[c * n_in + 32 * gi + j] = v[j];
+  }
+}
+
 }  // namespace
+
+bool embed_ext_supports(GgmlType type) { return gemv_detail::ext_format(type); }
+
+void embed_ext(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
+               const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s) {
+  if (rows <= 0) return;
+  const bool ok = gemv_detail::with_ext_format(type, [&](auto fmt) {
+    using F = decltype(fmt);
+    if (n_in % F::kBE != 0) fail("CUDA embed: row of {} is not whole {} blocks", n_in, traits(type).name);
+    embed_ext_rows<F><<<static_cast<unsigned>(rows), 128, 0, s>>>(table, n_in, n_rows, row_stride, tokens, copies, X, err);
+    check_launch("embed (further formats)");
+  });
+  if (!ok) fail("CUDA embed: table type {} is not supported", traits(type).name);
+}
 
 std::vector<DeviceInfo> list_devices() {
   std::vector<DeviceInfo> out;
@@ -104,10 +151,25 @@ void dequantize_rows_on_device(GgmlType type, const void* src, float* dst, int64
     case GgmlType::Q8_0: dequant_q8_0<<<grid, threads>>>(d_src, d_dst, n_blocks); break;
     case GgmlType::Q2_K: dequant_q2_K<<<grid, threads>>>(d_src, d_dst, n_blocks); break;
     case GgmlType::Q4_K: dequant_q4_K<<<grid, threads>>>(d_src, d_dst, n_blocks); break;
-    default:
-      cudaFree(d_src);
-      cudaFree(d_dst);
-      fail("dequantize_rows_on_device: type {} not supported on CUDA yet", tr.name);
+    default: {
+      bool ok = false;
+      try {
+        ok = gemv_detail::with_ext_format(type, [&](auto fmt) {
+          using F = decltype(fmt);
+          const int64_t n_groups = n_blocks * (F::kBE / 32);
+          dequant_ext<F><<<static_cast<unsigned>((n_groups + threads - 1) / threads), threads>>>(d_src, d_dst, n_groups);
+        });
+      } catch (...) {
+        cudaFree(d_src);
+        cudaFree(d_dst);
+        throw;
+      }
+      if (!ok) {
+        cudaFree(d_src);
+        cudaFree(d_dst);
+        fail("dequantize_rows_on_device: type {} not supported on CUDA yet", tr.name);
+      }
+    }
   }
   check(cudaGetLastError(), "kernel launch");
   check(cudaMemcpy(dst, d_dst, out_bytes, cudaMemcpyDeviceToHost), "copy to host");

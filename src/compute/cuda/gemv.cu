@@ -17,6 +17,7 @@
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
+#include "compute/cuda/gemv_formats_ext.cuh"
 #include "compute/cuda/gemv_warp.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
@@ -301,7 +302,7 @@ void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y,
   int slice = 0;
   if constexpr (!F::kFloat) slice = ((1 << l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
   const size_t smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * slice;
-  if (smem > 48 * 1024) fail("CUDA matmul: {} bytes of shared memory for {} rows of {}", smem, w.n_in, type_name(w.type));
+  if (smem > 200 * 1024) fail("CUDA matmul: {} bytes of shared memory for {} rows of {}", smem, w.n_in, type_name(w.type));
   const bool vec = F::kFloat && float_rows_vectorizable(w);
   const int R = tile_rows(rows);
   const int64_t gx = (w.n_out + rows_per_block - 1) / rows_per_block;
@@ -312,6 +313,7 @@ void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y,
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
     const int64_t r_first = t0 * R;
 #define DS4_LAUNCH(RR)                                                                                        \
+  allow_smem(reinterpret_cast<const void*>(k_matmul<F, FA, RR>), smem, "matmul (float activations)");               \
   k_matmul<F, FA, RR><<<grid, kThreads, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
                                                    y_stride, l2, slice, vec)
     switch (R) {
@@ -333,6 +335,8 @@ size_t natural_alignment(GgmlType t) {
     case GgmlType::F32:
     case GgmlType::Q2_K:
     case GgmlType::Q4_K: return 4;
+    case GgmlType::MXFP4:
+    case GgmlType::IQ1_M: return 1;  // byte fields only (gemv_formats_ext.cuh reads any alignment)
     default: return 2;
   }
 }
@@ -421,7 +425,7 @@ bool gemv_supports(GgmlType type) {
     case GgmlType::Q2_K:
     case GgmlType::Q4_K:
     case GgmlType::IQ2_XXS: return true;
-    default: return false;
+    default: return ext_format(type);
   }
 }
 
@@ -601,7 +605,9 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     case GgmlType::Q2_K: run(FmtQ2_K{}); return;
     case GgmlType::Q4_K: run(FmtQ4_K{}); return;
     case GgmlType::IQ2_XXS: run(FmtIQ2_XXS{}); return;
-    default: fail("CUDA matmul: weight type {} is not supported", type_name(w.type));
+    default:
+      if (with_ext_format(w.type, run)) return;
+      fail("CUDA matmul: weight type {} is not supported", type_name(w.type));
   }
 }
 

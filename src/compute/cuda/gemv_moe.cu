@@ -13,6 +13,7 @@
 
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
+#include "compute/cuda/gemv_formats_ext.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "compute/cuda/gemv_warp.cuh"
 #include "core/error.h"
@@ -37,7 +38,7 @@ Geo geometry(int64_t n_in, const char* what) {
   g.rows_per_block = static_cast<int64_t>(kWarps) * gpw;
   if constexpr (!F::kFloat) g.slice = ((1 << g.l2) * F::kBB + kSliceSlack + 15) / 16 * 16;
   g.smem = static_cast<size_t>(grid_smem_bytes<F>()) + static_cast<size_t>(kWarps) * gpw * g.slice;
-  if (g.smem > 48 * 1024) fail("CUDA moe_experts ({}): {} bytes of shared memory", what, g.smem);
+  if (g.smem > 200 * 1024) fail("CUDA moe_experts ({}): {} bytes of shared memory", what, g.smem);
   return g;
 }
 
@@ -151,6 +152,7 @@ void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF 
   const Geo g = geometry<F>(gate.first.n_in, "gate/up");
   const int64_t gx = (gate.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
   constexpr int64_t kMaxY = 65535;
+  allow_smem(reinterpret_cast<const void*>(k_moe_gate_up<F, FA>), g.smem, "moe_experts gate/up");
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
     k_moe_gate_up<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(gate), expert_args(up), gate.first.n_in,
@@ -166,6 +168,7 @@ void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* expert
   const Geo g = geometry<F>(down.first.n_in, "down");
   const int64_t gx = (down.first.n_out + g.rows_per_block - 1) / g.rows_per_block;
   constexpr int64_t kMaxY = 65535;
+  allow_smem(reinterpret_cast<const void*>(k_moe_down<F, FA>), g.smem, "moe_experts down");
   for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
     k_moe_down<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(down), down.first.n_in, down.first.n_out,
@@ -470,7 +473,9 @@ void with_format(GgmlType type, Fn&& fn) {
     case GgmlType::Q2_K: fn(FmtQ2_K{}); return;
     case GgmlType::Q4_K: fn(FmtQ4_K{}); return;
     case GgmlType::IQ2_XXS: fn(FmtIQ2_XXS{}); return;
-    default: fail("CUDA moe_experts: weight type {} is not supported", static_cast<uint32_t>(type));
+    default:
+      if (with_ext_format(type, fn)) return;
+      fail("CUDA moe_experts: weight type {} is not supported", static_cast<uint32_t>(type));
   }
 }
 
