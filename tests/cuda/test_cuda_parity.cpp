@@ -313,7 +313,8 @@ TEST(CudaDemo, ReplayedStepGraphsMatchCpu) {
 // that use the further weight formats (gemv_formats_ext.cuh) for the dense matrices, the token
 // embedding and the routed experts; CUDA vs CPU as above (logits within 1e-2, the same greedy
 // text). The demo's expert down projections are 128 wide, so they take the 32-weight formats.
-// IQ2_XS and IQ1_S need an importance matrix and are covered by cuda_gemv_check only.
+// IQ2_XS and IQ1_S (whose writers need importance weights) get a random positive imatrix for
+// the expert gate/up tensors.
 // (Written and compiled on a machine without a GPU: first run is the lead's.)
 TEST(CudaDemo, FurtherFormatsMatchCpu) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
@@ -322,6 +323,7 @@ TEST(CudaDemo, FurtherFormatsMatchCpu) {
   struct Mix {
     const char* name;
     const char *dense, *embd, *gate_up, *down;
+    const char* extra = "";  // further rules, after the others
   };
   const Mix mixes[] = {
       {"q6_K dense, mxfp4 experts", "q6_K", "q6_K", "mxfp4", "mxfp4"},
@@ -331,7 +333,26 @@ TEST(CudaDemo, FurtherFormatsMatchCpu) {
       {"q3_K dense, iq1_m/mxfp4 experts", "q3_K", "iq2_s", "iq1_m", "mxfp4"},
       {"iq3_s dense, q6_K/q5_0 experts", "iq3_s", "q4_0", "q6_K", "q5_0"},
       {"iq2_s dense, q5_K/iq4_nl experts", "iq2_s", "iq3_xxs", "q5_K", "iq4_nl"},
+      {"q8_0 dense, iq2_xs (layers 0-2) / iq1_s (3-5) gate/up, q4_0 down", "q8_0", "q8_0", "iq2_xs", "q4_0",
+       "blk.*.ffn_gate_exps.weight iq1_s layers=3-5\nblk.*.ffn_up_exps.weight iq1_s layers=3-5\n"},
   };
+  // Random positive importance weights for every routed gate/up tensor (per expert, as a
+  // llama.cpp imatrix holds them).
+  quantize::Imatrix imat;
+  {
+    auto m = Model::load(demo);
+    const auto& hp = m->hparams();
+    uint64_t z = 99;
+    for (int64_t l = 0; l < hp.n_layer; ++l)
+      for (const char* w : {"ffn_gate_exps", "ffn_up_exps"}) {
+        quantize::ImatrixEntry e;
+        e.ne0 = hp.n_embd;
+        for (int64_t i = 0; i < hp.n_embd * hp.n_expert; ++i)
+          e.sums.push_back(0.25 + static_cast<double>((z = z * 6364136223846793005ull + 1442695040888963407ull) >> 40) / 16777216.0);
+        e.counts.assign(static_cast<size_t>(hp.n_expert), 1.0);
+        imat.entries[fmt::format("blk.{}.{}.weight", l, w)] = std::move(e);
+      }
+  }
   const fs::path dir = fs::path(env("DS4_CUDA_WORK").empty() ? fs::temp_directory_path().string() : env("DS4_CUDA_WORK"));
   std::vector<int32_t> toks;
   for (int i = 0; i < 96; ++i) toks.push_back((i * 131 + 17) % 4096);
@@ -341,9 +362,11 @@ TEST(CudaDemo, FurtherFormatsMatchCpu) {
         "* {}\ntoken_embd.weight {}\n*hc_*fn.weight f16\nblk.*.ffn_gate_inp.weight f16\n"
         "blk.*.attn_compressor_* f16\nblk.*.indexer.* f16\nblk.*.indexer_compressor_* f16\n"
         "blk.*.ffn_gate_exps.weight {}\nblk.*.ffn_up_exps.weight {}\nblk.*.ffn_down_exps.weight {}\n",
-        mx.dense, mx.embd, mx.gate_up, mx.gate_up, mx.down);
+        mx.dense, mx.embd, mx.gate_up, mx.gate_up, mx.down) + mx.extra;
     quantize::QuantizeOptions qo;
     qo.recipe = quantize::parse_recipe(text, mx.name);
+    qo.imatrix = imat;
+    qo.imatrix_path = "random positive weights (test)";
     const fs::path out = dir / fmt::format("demo-further-{}.gguf", k++);
     const auto rep = quantize::quantize_file(demo, out.string(), qo);
     std::printf("[cuda-parity] %s: %zu tensors quantized, %.1f MB\n", mx.name, rep.quantized, rep.out_bytes / 1e6);

@@ -36,7 +36,7 @@ struct FmtIQ2_XS {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t sc = byte_of(w(16 + ib / 4), ib % 4);
       const int ls0 = 2 * static_cast<int>(sc & 0xfu) + 1, ls1 = 2 * static_cast<int>(sc >> 4) + 1;
@@ -99,7 +99,7 @@ struct FmtIQ2_S {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t sc = byte_of(w(18 + ib / 4), ib % 4);
       const int ls0 = 2 * static_cast<int>(sc & 0xfu) + 1, ls1 = 2 * static_cast<int>(sc >> 4) + 1;
@@ -157,7 +157,7 @@ struct FmtIQ3_XXS {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t aux = w(16 + ib), i0 = w(2 * ib), i1 = w(2 * ib + 1);
       const int ls = 2 * static_cast<int>(aux >> 28) + 1;
@@ -220,7 +220,7 @@ struct FmtIQ3_S {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t s4 = byte_of(scw, ib / 2);
       const int ls = 1 + 2 * static_cast<int>(ib % 2 ? s4 >> 4 : s4 & 0xfu);
@@ -296,7 +296,7 @@ struct FmtIQ1_S {
     int sumi[R], sumi1[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) sumi[r] = 0, sumi1[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const uint32_t qh = w.h16(16 + ib), qs = w(ib);
       const int ls = 2 * static_cast<int>((qh >> 12) & 7u) + 1;
@@ -357,16 +357,16 @@ struct FmtIQ1_M {
   __device__ static void dot(const uint8_t* p, int64_t b, const ActQ& a, int nr, float (&acc)[R], const uint2*) {
     const Words w(p);  // qs 0..7, qh 8..11, scales 12..13
     const uint32_t sw0 = w(12), sw1 = w(13);
-    const uint32_t sc[4] = {sw0 & 0xffffu, sw0 >> 16, sw1 & 0xffffu, sw1 >> 16};
-    const float d = h2f(scale_bits(sc[0], sc[1], sc[2], sc[3]));
+    const float d = h2f(scale_bits(sw0 & 0xffffu, sw0 >> 16, sw1 & 0xffffu, sw1 >> 16));
     int sumi1[R], sumi2[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) sumi1[r] = 0, sumi2[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const int shift = 6 * (ib % 2);
-      const int ls1 = 2 * static_cast<int>((sc[ib / 2] >> shift) & 7u) + 1;
-      const int ls2 = 2 * static_cast<int>((sc[ib / 2] >> (shift + 3)) & 7u) + 1;
+      const uint32_t sc = ((ib < 4 ? sw0 : sw1) >> (16 * ((ib / 2) & 1))) & 0xffffu;  // scale word ib / 2
+      const int ls1 = 2 * static_cast<int>((sc >> shift) & 7u) + 1;
+      const int ls2 = 2 * static_cast<int>((sc >> (shift + 3)) & 7u) + 1;
       const uint32_t qs = w(ib), qhw = w(8 + ib / 2);
       const uint32_t qh0 = byte_of(qhw, 2 * (ib % 2)), qh1 = byte_of(qhw, 2 * (ib % 2) + 1);
       const uint32_t idx[4] = {byte_of(qs, 0) | ((qh0 << 8) & 0x700u), byte_of(qs, 1) | ((qh0 << 4) & 0x700u),

@@ -4,7 +4,9 @@
 // src/quant/k_quants_hi.cpp and iq_quants.cpp. The integer sums are exact, so the order in which
 // a block's sub-block sums are formed is free; the block's float term repeats the CPU's
 // expression operation for operation. Weights are prepared once per sub-block, then used against
-// every activation row of the tile (isum[r]).
+// every activation row of the tile (isum[r]). The sub-block loops are unrolled only for one
+// activation row: unrolled with R > 1 the staged kernels (80 registers a thread) spilled up to
+// 5.6 KB a thread (ptxas -v, Q3_K at R = 16); rolled, none.
 #include "compute/cuda/gemv_formats_ext_util.cuh"
 
 namespace ds4::cuda::gemv_detail {
@@ -43,9 +45,9 @@ struct FmtQ3_K {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 2 : 1)
     for (int h = 0; h < 2; ++h)
-#pragma unroll
+#pragma unroll(R == 1 ? 4 : 1)
       for (int s = 0; s < 4; ++s)
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -124,7 +126,7 @@ struct FmtQ5_K {
     int isum[R], summs[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0, summs[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int j = 0; j < 8; ++j) {
       int sc, m;
       k4_scale_min(sb, j, sc, m);
@@ -190,9 +192,9 @@ struct FmtQ6_K {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 2 : 1)
     for (int half = 0; half < 2; ++half)
-#pragma unroll
+#pragma unroll(R == 1 ? 4 : 1)
       for (int k = 0; k < 4; ++k) {
         // Weights 128*half + 32*k + l (l < 32): groups g0 = 8*half + 2*k (l < 16) and g0 + 1.
         int wv[8];
@@ -258,7 +260,7 @@ struct FmtIQ4_XS {
     int isum[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) isum[r] = 0;
-#pragma unroll
+#pragma unroll(R == 1 ? 8 : 1)
     for (int ib = 0; ib < 8; ++ib) {
       const int ls = scale(w0 >> 16, byte_of(sl, ib / 2), ib);
       int lo[4], hi[4];
