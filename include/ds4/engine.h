@@ -57,6 +57,15 @@ struct EngineOptions {
   bool expert_protect = true;                // prefetched experts are not evicted while fresh
   std::string packed_experts;                // "" = MODEL.gguf.experts when it exists
   std::string trace_routing;                 // write a routing trace (docs/FORMATS.md) here
+  // Residency plan (DeepSeek V4 on the CPU backend; src/stream/planner.h), printed with the
+  // memory plan: by default the model stays resident when its weights + one session's state at
+  // ctx_size + scratch + memory_reserve_gib fit in the available host memory, and otherwise its
+  // routed experts stream through a cache sized from what is left (refused below one token's
+  // experts). resident: refuse to start unless it fits. host_memory_gib: the memory the plan
+  // may use (0: MemAvailable). The CUDA backend checks GPU memory itself.
+  bool resident = false;
+  double memory_reserve_gib = 2.0;
+  double host_memory_gib = 0;
 
   // Directional steering (DeepSeek V4 only): a direction file from `ds4-gguf steer-build` for
   // this model (docs/FORMATS.md "Steering direction file"; another model's file is an error),
@@ -91,6 +100,7 @@ struct MemoryPlan {
   uint64_t state_bytes_at_ctx = 0;     // fixed + growth for n_ctx tokens, excluding checkpoints
   uint64_t checkpoint_bytes = 0;       // one rewind checkpoint (see SessionOptions)
   std::string expert_streaming;        // "" when resident; else source, cache budget, policy, I/O
+  std::string residency;               // the residency plan's line ("" when none was made)
   std::string describe() const;        // one human-readable line per figure
 };
 

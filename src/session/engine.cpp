@@ -13,6 +13,9 @@
 #include "gguf/gguf.h"
 #include "session/checkpoint.h"
 #include "session/engine_impl.h"
+#include "stream/layout.h"
+#include "stream/packed_format.h"
+#include "stream/planner.h"
 #include "stream/setup.h"
 
 namespace ds4 {
@@ -118,6 +121,55 @@ MemoryPlan make_plan(const gguf::File& f, const model::qwen35moe::HParams& hp, i
   return p;
 }
 
+// The residency plan for the CPU backend (stream/planner.h): turns auto / --resident /
+// --ssd-streaming and the available memory into "resident" or "stream with this host cache".
+void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp, const EngineOptions& o,
+                    MemoryPlan& plan, stream::StreamingRequest& sr) {
+  if (o.resident && o.ssd_streaming) fail("--resident and --ssd-streaming contradict each other");
+  if (o.backend != "cpu") return;  // the device backend checks its own memory when it uploads the weights
+  if (o.memory_reserve_gib < 0 || o.host_memory_gib < 0)
+    fail("--memory-reserve-gib and --host-memory-gib must not be negative");
+  stream::MemoryNeeds need;
+  need.weights_bytes = plan.weights_bytes;
+  need.session_bytes = plan.state_bytes_at_ctx + plan.checkpoint_bytes;
+  // Scratch estimate: ~48 floats per hidden unit and a row of logits per batch row.
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, o.max_batch));
+  need.scratch_bytes = rows * static_cast<uint64_t>(hp.n_embd) * 48 * sizeof(float) +
+                       rows * static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
+  bool freed = false;
+  uint64_t slot_bytes = 0;
+  if (file.find_tensor(stream::expert_tensor_name(0, 0))) {
+    const stream::ExpertLayout layout = stream::ExpertLayout::from_gguf(file);
+    slot_bytes = layout.max_expert_bytes();
+    need.expert_bytes = layout.total_bytes();
+    need.token_working_set =
+        static_cast<uint64_t>(layout.n_layer) * static_cast<uint64_t>(std::max<int64_t>(1, hp.n_expert_used)) * slot_bytes;
+    freed = stream::count_freed_tensors(file, layout) > 0;
+  }
+  stream::ResidencyRequest rq;
+  rq.mode = o.resident ? stream::Residency::Resident
+            : o.ssd_streaming ? stream::Residency::Streaming
+                              : stream::Residency::Auto;
+  rq.available_bytes = o.host_memory_gib > 0 ? static_cast<uint64_t>(o.host_memory_gib * (1ull << 30))
+                                             : stream::host_available_bytes();
+  rq.reserve_bytes = static_cast<uint64_t>(o.memory_reserve_gib * (1ull << 30));
+  rq.experts_freed = freed;
+  if (!o.expert_cache_host.empty()) {
+    int64_t slots = 0;
+    const uint64_t b = stream::parse_budget(o.expert_cache_host, "--expert-cache-host", &slots);
+    rq.host_budget = b > 0 ? b : static_cast<uint64_t>(slots) * std::max<uint64_t>(1, slot_bytes);
+  }
+  if (rq.available_bytes == 0 && rq.mode == stream::Residency::Auto) return;  // unknown memory: as before
+  const stream::ResidencyPlan rp = stream::plan_residency(need, rq);
+  plan.residency = rp.describe;
+  if (rp.stream) {
+    sr.enable = true;
+    // Room for every expert: the provider's own default (its slots include I/O alignment).
+    if (o.expert_cache_host.empty() && rp.host_cache_bytes < need.expert_bytes)
+      sr.cache_host = fmt::format("{}B", rp.host_cache_bytes);
+  }
+}
+
 // The DeepSeek V4 part of Engine::open (expert streaming, act_quant_sim).
 void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions& o) {
   Engine::Impl* impl = &impl_ref;
@@ -133,6 +185,7 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
   stream::StreamingRequest sr;
   sr.enable = o.ssd_streaming;
   sr.cache_host = o.expert_cache_host;
+  plan_residency(file, hp_preview, o, impl->plan, sr);
   sr.policy = o.expert_cache_policy;
   sr.io = o.expert_io;
   sr.prefetch_hash = o.expert_prefetch_hash;
@@ -164,10 +217,10 @@ std::string MemoryPlan::describe() const {
   return fmt::format(
       "model file        {} (mapped read-only; weights {})\n"
       "session state     {} fixed + {} per token = {} at {} tokens\n"
-      "rewind checkpoint {} each{}{}",
+      "rewind checkpoint {} each{}{}{}{}",
       human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(state_fixed_bytes), state_bytes_per_token,
-      human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes), expert_streaming.empty() ? "" : "\n",
-      expert_streaming);
+      human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes), residency.empty() ? "" : "\n", residency,
+      expert_streaming.empty() ? "" : "\n", expert_streaming);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

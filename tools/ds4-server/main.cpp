@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "chat/chatml.h"
+#include "common/expert_flags.h"
 #include "core/error.h"
 #include "ds4/engine.h"
 #include "ds4/session.h"
@@ -87,6 +88,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-sessions", max_sessions,
                  "conversations kept live in RAM (default 3, fewer when the memory plan says they do not fit)")
       ->check(CLI::PositiveNumber);
+  ds4::tools::ExpertFlags experts;
+  ds4::tools::add_expert_flags(app, experts);
   auto* kv = app.add_option_group("Disk KV cache");
   kv->add_option("--kv-disk-dir,--kv-cache-dir", mo.kv_disk_dir,
                  "save and reuse conversation states in DIR (survives restarts; one server per DIR)");
@@ -131,6 +134,7 @@ int main(int argc, char** argv) {
     eo.ctx_size = ctx;
     eo.collect_imatrix = !imatrix_out.empty();
     eo.collect_expert_profile = !profile_out.empty();
+    experts.apply(eo);
     auto engine = ds4::Engine::open(eo);
     if (auto d = engine->prune_description(); !d.empty()) fmt::print(stderr, "ds4-server: {}\n", d);
     // Live analysis: a thread writes the files every --imatrix-flush-s seconds when new tokens

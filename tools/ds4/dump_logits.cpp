@@ -37,15 +37,16 @@ void run_dump_logits(const Ds4Options& opts) {
   auto t0 = clock::now();
   gguf::File file = gguf::File::open(opts.model_path);
   stream::StreamingRequest sr;
-  sr.enable = opts.ssd_streaming;
-  sr.cache_host = opts.expert_cache_host;
-  sr.policy = opts.expert_cache_policy;
-  sr.io = opts.expert_io;
-  sr.prefetch_hash = !opts.no_prefetch_hash;
-  sr.prefetch_lookahead = !opts.no_prefetch_lookahead;
-  sr.protect = !opts.no_expert_protect;
-  sr.packed_path = opts.packed_experts;
-  sr.trace_path = opts.trace_routing;
+  const ExpertFlags& x = opts.experts;
+  sr.enable = x.ssd_streaming;
+  sr.cache_host = x.cache_host;
+  sr.policy = x.cache_policy;
+  sr.io = x.io;
+  sr.prefetch_hash = !x.no_prefetch_hash;
+  sr.prefetch_lookahead = !x.no_prefetch_lookahead;
+  sr.protect = !x.no_expert_protect;
+  sr.packed_path = x.packed;
+  sr.trace_path = x.trace;
   stream::StreamingSetup ss = stream::setup_streaming(file, sr);  // outlives the model
   if (!ss.describe.empty()) fmt::print(stderr, "{}\n", ss.describe);
   if (ss.provider && opts.backend != "cpu")

@@ -53,20 +53,7 @@ int main(int argc, char** argv) {
                "multiply quantized weights with f32 activations instead of Q8_0/Q8_K (debugging)");
   app.add_flag("--incremental", opts.incremental, "evaluate one token at a time through the session");
   app.add_flag("-v,--verbose", opts.verbose, "print model and timing information to stderr");
-  auto* xs = app.add_option_group("Expert streaming");
-  xs->add_flag("--ssd-streaming", opts.ssd_streaming,
-               "read routed experts on demand from the GGUF (or MODEL.gguf.experts) through a host-RAM cache");
-  xs->add_option("--expert-cache-host", opts.expert_cache_host,
-                 "host cache budget: 8GB, 512MiB or a slot count (default: every expert)");
-  xs->add_option("--expert-cache-policy", opts.expert_cache_policy, "hot (decayed frequency + recency) or lru")
-      ->check(CLI::IsMember({"hot", "lru"}));
-  xs->add_option("--expert-io", opts.expert_io, "auto (io_uring, else pread), uring or pread")
-      ->check(CLI::IsMember({"auto", "uring", "pread"}));
-  xs->add_flag("--no-prefetch-hash", opts.no_prefetch_hash, "do not prefetch hash-routed layers' experts");
-  xs->add_flag("--no-prefetch-lookahead", opts.no_prefetch_lookahead, "do not prefetch the next layer's router guesses");
-  xs->add_flag("--no-expert-protect", opts.no_expert_protect, "let demand reads evict fresh prefetches");
-  xs->add_option("--packed-experts", opts.packed_experts, "packed expert file (default: MODEL.gguf.experts if present)");
-  xs->add_option("--trace-routing", opts.trace_routing, "write every token's routing to FILE (streams the experts)");
+  auto* xs = ds4::tools::add_expert_flags(app, opts.experts);
   xs->add_flag("--stats", opts.stats, "print expert-streaming counters at the end");
   auto* st = app.add_option_group("Directional steering");
   st->add_option("--dir-steering-file", opts.dir_steering_file,

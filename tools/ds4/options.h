@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "common/expert_flags.h"
+
 namespace ds4::tools {
 
 struct Ds4Options {
@@ -14,10 +16,9 @@ struct Ds4Options {
   int threads = 0;  // 0: all hardware threads
   bool verbose = false;
 
-  // Routed-expert streaming (src/stream/setup.h); `stats` prints its counters at the end.
-  bool ssd_streaming = false;
-  std::string expert_cache_host, expert_cache_policy = "hot", expert_io = "auto", packed_experts, trace_routing;
-  bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
+  // Routed-expert streaming and residency (tools/common/expert_flags.h); `stats` prints the
+  // streaming counters at the end.
+  ExpertFlags experts;
   bool stats = false;
 
   // Directional steering (EngineOptions::dir_steering_*).

@@ -77,15 +77,7 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   eo.threads = c.threads;
   eo.ctx_size = o.ctx;
   eo.act_quant_sim = c.act_quant_sim;
-  eo.ssd_streaming = c.ssd_streaming;
-  eo.expert_cache_host = c.expert_cache_host;
-  eo.expert_cache_policy = c.expert_cache_policy;
-  eo.expert_io = c.expert_io;
-  eo.expert_prefetch_hash = !c.no_prefetch_hash;
-  eo.expert_prefetch_lookahead = !c.no_prefetch_lookahead;
-  eo.expert_protect = !c.no_expert_protect;
-  eo.packed_experts = c.packed_experts;
-  eo.trace_routing = c.trace_routing;
+  c.experts.apply(eo);
   eo.dir_steering_file = c.dir_steering_file;
   eo.dir_steering_attn = c.dir_steering_attn;
   eo.dir_steering_ffn = c.dir_steering_ffn;

@@ -197,3 +197,59 @@ TEST(StreamModel, EngineGuardsAndStats) {
   EXPECT_TRUE(Engine::open(resident)->memory_plan().expert_streaming.empty());
   EXPECT_EQ(Engine::open(resident)->expert_stats(), "");
 }
+
+// The residency plan (stream/planner.h) as the engine applies it: resident when it fits,
+// --ssd-streaming sizing the cache from the memory given, and the refusals with their figures.
+TEST(StreamModel, ResidencyPlanOnTheDemoModel) {
+  auto base = [] {
+    EngineOptions eo;
+    eo.model_path = DS4_SOURCE_DIR "/models/ds4-demo.gguf";
+    eo.threads = 2;
+    eo.ctx_size = 512;
+    return eo;
+  };
+  auto error_of = [](const EngineOptions& eo) -> std::string {
+    try {
+      Engine::open(eo);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EngineOptions eo = base();
+  eo.host_memory_gib = 64;
+  {
+    auto eng = Engine::open(eo);
+    EXPECT_NE(eng->memory_plan().residency.find("resident, chosen automatically"), std::string::npos)
+        << eng->memory_plan().residency;
+    EXPECT_TRUE(eng->memory_plan().expert_streaming.empty());
+    EXPECT_NE(eng->memory_plan().describe().find("residency"), std::string::npos);
+  }
+  eo.ssd_streaming = true;  // no budget given: every expert fits in 64 GiB, so all of them are cached
+  std::string every_expert;
+  {
+    auto eng = Engine::open(eo);
+    const std::string& r = eng->memory_plan().residency;
+    EXPECT_NE(r.find("streaming (--ssd-streaming)"), std::string::npos) << r;
+    // "host cache X of X experts": the plan's cache is the experts' total.
+    const size_t a = r.find("host cache "), b = r.find(" of ", a), c = r.find(" experts", b);
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos && c != std::string::npos) << r;
+    EXPECT_EQ(r.substr(a + 11, b - a - 11), r.substr(b + 4, c - b - 4)) << r;
+    every_expert = eng->memory_plan().expert_streaming;
+  }
+  {  // the same cache as asking the provider for every expert without a plan limit
+    EngineOptions all = base();
+    all.ssd_streaming = true;
+    all.host_memory_gib = 1000;
+    EXPECT_EQ(Engine::open(all)->memory_plan().expert_streaming, every_expert);
+  }
+  eo.resident = true;
+  EXPECT_NE(error_of(eo).find("contradict"), std::string::npos);
+  eo.ssd_streaming = false;
+  eo.memory_reserve_gib = 1e6;
+  EXPECT_NE(error_of(eo).find("--resident: the model does not fit"), std::string::npos) << error_of(eo);
+  eo.resident = false;  // auto: neither resident nor streamed fits
+  EXPECT_NE(error_of(eo).find("not enough memory to run this model"), std::string::npos) << error_of(eo);
+  eo.memory_reserve_gib = -1;
+  EXPECT_NE(error_of(eo).find("must not be negative"), std::string::npos) << error_of(eo);
+}

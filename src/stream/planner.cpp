@@ -1,0 +1,81 @@
+#include "stream/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ds4::stream {
+
+std::string gib(uint64_t bytes) {
+  if (bytes < (1ull << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
+  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30));
+}
+
+ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& req) {
+  const uint64_t resident_need = need.weights_bytes + need.session_bytes + need.scratch_bytes + req.reserve_bytes;
+  const uint64_t avail = req.available_bytes;
+  const std::string figures =
+      fmt::format("weights {} + session {} + scratch {} + reserve {} = {}; available {}", gib(need.weights_bytes),
+                  gib(need.session_bytes), gib(need.scratch_bytes), gib(req.reserve_bytes), gib(resident_need),
+                  gib(avail));
+  ResidencyPlan p;
+  if (req.mode == Residency::Resident) {
+    if (req.experts_freed)
+      fail("--resident: this GGUF's routed experts were moved to its packed file (pack-experts); they can only be "
+           "streamed (run without --resident, or restore the GGUF with pack-experts --restore)");
+    if (resident_need > avail) fail("--resident: the model does not fit: {}", figures);
+    p.describe = fmt::format("residency         resident ({})", figures);
+    return p;
+  }
+  if (req.mode == Residency::Auto && !req.experts_freed && resident_need <= avail) {
+    p.describe = fmt::format("residency         resident, chosen automatically ({})", figures);
+    return p;
+  }
+  if (need.expert_bytes == 0)
+    fail("the model does not fit ({}) and has no routed experts that could be streamed", figures);
+  // Streaming: everything but the experts stays, plus one cache.
+  p.stream = true;
+  const uint64_t fixed = need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes) + need.session_bytes +
+                         need.scratch_bytes + req.reserve_bytes;
+  const char* why = req.mode == Residency::Streaming ? "--ssd-streaming"
+                    : req.experts_freed              ? "the experts live in the packed file"
+                                                     : "the model does not fit resident";
+  if (req.host_budget > 0) {
+    p.host_cache_bytes = req.host_budget;
+    p.describe = fmt::format("residency         streaming ({}): host cache {} as given; non-expert part {}, available {}",
+                             why, gib(req.host_budget), gib(fixed), gib(avail));
+    return p;
+  }
+  const uint64_t left = avail > fixed ? avail - fixed : 0;
+  const uint64_t cache = std::min(left, need.expert_bytes);
+  if (cache < need.token_working_set)
+    fail("not enough memory to run this model ({}): non-expert weights {} + session {} + scratch {} + reserve {} "
+         "leave {} of {} available for the expert cache, below one token's experts ({})",
+         why, gib(need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes)), gib(need.session_bytes),
+         gib(need.scratch_bytes), gib(req.reserve_bytes), gib(left), gib(avail), gib(need.token_working_set));
+  p.host_cache_bytes = cache;
+  p.describe = fmt::format(
+      "residency         streaming ({}): host cache {} of {} experts, sized from {} available minus {} for the rest",
+      why, gib(cache), gib(need.expert_bytes), gib(avail), gib(fixed));
+  return p;
+}
+
+uint64_t host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    uint64_t kb = 0;
+    std::string unit;
+    if (ss >> kb >> unit && unit == "kB") return kb * 1024;
+    return 0;
+  }
+  return 0;
+}
+
+}  // namespace ds4::stream

@@ -1,0 +1,99 @@
+// The residency planner's rules (stream/planner.h) on hand-computed figures.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "stream/planner.h"
+
+namespace ds4::stream {
+namespace {
+
+// weights 100 (experts 80), session 5, scratch 5, one token's experts 10.
+MemoryNeeds needs() { return {100, 80, 5, 5, 10}; }
+
+ResidencyRequest request(Residency m, uint64_t avail, uint64_t reserve = 10) {
+  ResidencyRequest r;
+  r.mode = m;
+  r.available_bytes = avail;
+  r.reserve_bytes = reserve;
+  return r;
+}
+
+std::string error_of(const MemoryNeeds& n, const ResidencyRequest& r) {
+  try {
+    plan_residency(n, r);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Planner, AutoStaysResidentWhenEverythingFits) {
+  // 100 + 5 + 5 + 10 = 120 fits in exactly 120.
+  const ResidencyPlan p = plan_residency(needs(), request(Residency::Auto, 120));
+  EXPECT_FALSE(p.stream);
+  EXPECT_NE(p.describe.find("resident, chosen automatically"), std::string::npos) << p.describe;
+}
+
+TEST(Planner, AutoStreamsWithTheCacheThatIsLeft) {
+  // Resident needs 120 > 60. Non-expert part 20 + session 5 + scratch 5 + reserve 10 = 40,
+  // so 60 - 40 = 20 bytes are left for the cache (>= 10, one token's experts).
+  const ResidencyPlan p = plan_residency(needs(), request(Residency::Auto, 60));
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.host_cache_bytes, 20u);
+  EXPECT_NE(p.describe.find("does not fit resident"), std::string::npos) << p.describe;
+}
+
+TEST(Planner, TheCacheNeverExceedsTheExperts) {
+  const ResidencyPlan p = plan_residency(needs(), request(Residency::Streaming, 1000));
+  EXPECT_TRUE(p.stream);
+  EXPECT_EQ(p.host_cache_bytes, 80u);
+  EXPECT_NE(p.describe.find("--ssd-streaming"), std::string::npos) << p.describe;
+}
+
+TEST(Planner, RefusesACacheBelowOneTokensExperts) {
+  // 49 - 40 = 9 < 10.
+  const std::string e = error_of(needs(), request(Residency::Auto, 49));
+  EXPECT_NE(e.find("below one token's experts"), std::string::npos) << e;
+  // 50 - 40 = 10: exactly one token's experts runs.
+  EXPECT_EQ(plan_residency(needs(), request(Residency::Auto, 50)).host_cache_bytes, 10u);
+}
+
+TEST(Planner, ResidentRefusesWhatDoesNotFit) {
+  EXPECT_FALSE(plan_residency(needs(), request(Residency::Resident, 120)).stream);
+  const std::string e = error_of(needs(), request(Residency::Resident, 119));
+  EXPECT_NE(e.find("--resident: the model does not fit"), std::string::npos) << e;
+  EXPECT_NE(e.find("available"), std::string::npos) << e;
+}
+
+TEST(Planner, FreedExpertsAlwaysStream) {
+  ResidencyRequest r = request(Residency::Auto, 1000);
+  r.experts_freed = true;
+  const ResidencyPlan p = plan_residency(needs(), r);
+  EXPECT_TRUE(p.stream);
+  EXPECT_NE(p.describe.find("packed file"), std::string::npos) << p.describe;
+  r.mode = Residency::Resident;
+  EXPECT_NE(error_of(needs(), r).find("pack-experts"), std::string::npos);
+}
+
+TEST(Planner, AGivenBudgetIsKept) {
+  ResidencyRequest r = request(Residency::Streaming, 1000);
+  r.host_budget = 33;
+  EXPECT_EQ(plan_residency(needs(), r).host_cache_bytes, 33u);
+}
+
+TEST(Planner, AModelWithoutExpertsThatDoesNotFitIsAnError) {
+  MemoryNeeds n = needs();
+  n.expert_bytes = 0;
+  n.token_working_set = 0;
+  EXPECT_NE(error_of(n, request(Residency::Auto, 60)).find("no routed experts"), std::string::npos);
+}
+
+TEST(Planner, ReadsTheMachinesAvailableMemory) {
+  // Linux: /proc/meminfo's MemAvailable is there and non-zero on any machine that runs tests.
+  EXPECT_GT(host_available_bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace ds4::stream
