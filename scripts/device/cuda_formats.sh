@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (carry: [".devrun"], built here by `make cuda` and
 # scripts/device/pack_devrun.sh build-cuda; nothing is compiled there): the checks
-# of the further weight formats on CUDA (issue 22: Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K,
+# of the further weight formats on CUDA (issue 22: Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K,
 # IQ4_XS, IQ1_S, IQ1_M, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S). One call, well under 10 minutes:
 #   bash scripts/device/cuda_formats.sh
-# Expected: cuda_dequant_check 17 PASS lines; cuda_gemv_check --types new every CASE line PASS and
-# "bit-exact"; cuda_backend_check's 14 new "embed <type>" lines exact; test_cuda_parity
+# Expected: cuda_dequant_check 18 PASS lines; cuda_gemv_check --types new every CASE line PASS and
+# "bit-exact"; cuda_backend_check's 15 new "embed <type>" lines exact; test_cuda_parity
 # CudaDemo.FurtherFormatsMatchCpu passed (8 recipes, max|dlogit| <= 1e-2, same greedy text).
 # Logs under $OUT; a summary table at the end.
 set -uo pipefail

@@ -804,7 +804,7 @@ int main(int argc, char** argv) {
     for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K})
       case_embed(t, 300, 4096, 5, 4);
     // The further formats (cuda_dequant.cu embed_ext; tables made by the CPU quantizers).
-    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q3_K,
+    for (GgmlType t : {GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::IQ4_NL, GgmlType::MXFP4, GgmlType::Q3_K,
                        GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_XS, GgmlType::IQ1_S, GgmlType::IQ1_M,
                        GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S})
       case_embed(t, 48, 2048, 5, 2);

@@ -1,6 +1,6 @@
 // GPU check: CUDA dequantization equals the CPU codecs bit for bit on random blocks.
 // Q8_0, Q2_K, Q4_K: random bytes with finite random f16 scales. The further formats
-// (gemv_formats_ext.cuh: Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
+// (gemv_formats_ext.cuh: Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
 // IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S): blocks made by the CPU's own quantizers from random rows
 // (tests/cuda/quant_pool.h), rows assembled from randomly picked blocks. Pass rule: every decoded
 // value equal to quant::dequantize_row's bit for bit (memcmp).
@@ -35,7 +35,7 @@ int main() {
   int failures = 0, cases = 0;
   std::mt19937 rng(static_cast<uint32_t>(seed));
   const std::vector<GgmlType> types = {GgmlType::Q8_0,  GgmlType::Q2_K,  GgmlType::Q4_K,   GgmlType::Q4_0,
-                                       GgmlType::Q5_0,  GgmlType::IQ4_NL, GgmlType::MXFP4,  GgmlType::Q3_K,
+                                       GgmlType::Q5_0,  GgmlType::Q5_1,  GgmlType::IQ4_NL, GgmlType::MXFP4,  GgmlType::Q3_K,
                                        GgmlType::Q5_K,  GgmlType::Q6_K,  GgmlType::IQ4_XS, GgmlType::IQ1_S,
                                        GgmlType::IQ1_M, GgmlType::IQ2_XS, GgmlType::IQ2_S,  GgmlType::IQ3_XXS,
                                        GgmlType::IQ3_S};

@@ -5,7 +5,7 @@
 //
 // Usage: cuda_gemv_check [--types all|old|new]. "old": the first seven formats (F32, F16, BF16,
 // Q8_0, Q2_K, Q4_K, IQ2_XXS: random quants with finite random scales); "new": the further formats
-// of gemv_formats_ext.cuh (Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
+// of gemv_formats_ext.cuh (Q4_0, Q5_0, Q5_1 (Q8_1 activations), IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
 // IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), whose weights are blocks made by the CPU's own quantizers from
 // random rows (tests/cuda/quant_pool.h); default all.
 //
@@ -18,7 +18,8 @@
 // Tolerances (|gpu - cpu| per output):
 //  * integer-dot paths (every quantized type against Q8_0/Q8_K activations): 1e-5 * S,
 //    S = sum over the row of |terms|: |w_i a_i| with w, a the decoded weight and activation
-//    (for Q2_K/Q4_K/Q5_K |d*sc*q*a| + |dmin*m*a|, the two products each block subtracts; for
+//    (for Q2_K/Q4_K/Q5_K |d*sc*q*a| + |dmin*m*a|, the two products each block subtracts, Q5_1
+//    |d*q*a| + |m*a|; for
 //    IQ1_S/IQ1_M, whose weight d*(g+delta) is summed as d*g and d*delta apart, 9/7 * |w_i a_i|,
 //    which bounds |d*g*a| + |d*delta*a| for g in {-1,0,1}, |delta| = 1/8). Both sides
 //    compute the same per-block floats; only the order of adding them differs, which moves the
@@ -96,13 +97,16 @@ void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
 }
 
 bool is_float_type(GgmlType t) { return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16; }
-// Formats whose blocks subtract a min (x = d*sc*q - dmin*m): the bound counts both products.
-bool is_kquant(GgmlType t) { return t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K; }
+// Formats whose blocks add a min (x = d*sc*q - dmin*m; Q5_1: d*q + m): the bound counts both
+// products.
+bool is_kquant(GgmlType t) {
+  return t == GgmlType::Q2_K || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q5_1;
+}
 bool is_iq1(GgmlType t) { return t == GgmlType::IQ1_S || t == GgmlType::IQ1_M; }
 std::string tname(GgmlType t) { return std::string(traits(t).name); }
 
 // The further formats (gemv_formats_ext.cuh): weights from the CPU quantizers.
-const std::vector<GgmlType> kNewTypes = {GgmlType::Q4_0,  GgmlType::Q5_0,   GgmlType::IQ4_NL, GgmlType::MXFP4,
+const std::vector<GgmlType> kNewTypes = {GgmlType::Q4_0,  GgmlType::Q5_0,   GgmlType::Q5_1,   GgmlType::IQ4_NL, GgmlType::MXFP4,
                                          GgmlType::Q3_K,  GgmlType::Q5_K,   GgmlType::Q6_K,   GgmlType::IQ4_XS,
                                          GgmlType::IQ1_S, GgmlType::IQ1_M,  GgmlType::IQ2_XS, GgmlType::IQ2_S,
                                          GgmlType::IQ3_XXS, GgmlType::IQ3_S};
@@ -189,8 +193,8 @@ void decode_row(GgmlType t, const uint8_t* row, int64_t n, float* w, float* w0) 
   if (!is_kquant(t)) return;
   const auto& tr = traits(t);
   std::vector<uint8_t> copy(row, row + row_bytes(tr, static_cast<uint64_t>(n)));
-  const size_t off = t == GgmlType::Q2_K ? 82 : 2;  // dmin (Q4_K, Q5_K: {d, dmin, ...})
-  for (int64_t b = 0; b < n / 256; ++b) copy[b * tr.block_bytes + off] = 0, copy[b * tr.block_bytes + off + 1] = 0;
+  const size_t off = t == GgmlType::Q2_K ? 82 : 2;  // dmin (Q4_K, Q5_K: {d, dmin, ...}; Q5_1: {d, m, ...})
+  for (int64_t b = 0; b < n / tr.block_elems; ++b) copy[b * tr.block_bytes + off] = 0, copy[b * tr.block_bytes + off + 1] = 0;
   quant::dequantize_row(t, copy.data(), w0, n);
 }
 

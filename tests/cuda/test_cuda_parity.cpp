@@ -333,7 +333,7 @@ TEST(CudaDemo, FurtherFormatsMatchCpu) {
       {"q3_K dense, iq1_m/mxfp4 experts", "q3_K", "iq2_s", "iq1_m", "mxfp4"},
       {"iq3_s dense, q6_K/q5_0 experts", "iq3_s", "q4_0", "q6_K", "q5_0"},
       {"iq2_s dense, q5_K/iq4_nl experts", "iq2_s", "iq3_xxs", "q5_K", "iq4_nl"},
-      {"q8_0 dense, iq2_xs (layers 0-2) / iq1_s (3-5) gate/up, q4_0 down", "q8_0", "q8_0", "iq2_xs", "q4_0",
+      {"q5_1 dense, iq2_xs (layers 0-2) / iq1_s (3-5) gate/up, q4_0 down", "q5_1", "q5_1", "iq2_xs", "q4_0",
        "blk.*.ffn_gate_exps.weight iq1_s layers=3-5\nblk.*.ffn_up_exps.weight iq1_s layers=3-5\n"},
   };
   // Random positive importance weights for every routed gate/up tensor (per expert, as a

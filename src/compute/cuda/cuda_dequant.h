@@ -27,7 +27,7 @@ std::vector<DeviceInfo> list_devices();
 
 // Decodes `n_rows` rows of `n_per_row` elements from host bytes `src` (ggml layout) into
 // host floats `dst`, going through device memory. Supported: Q8_0, Q2_K, Q4_K and the further
-// formats of gemv_formats_ext.cuh (Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S,
+// formats of gemv_formats_ext.cuh (Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S,
 // IQ1_M, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), bit-exact with quant::dequantize_row.
 // Throws ds4::Error on CUDA failures or unsupported types.
 void dequantize_rows_on_device(GgmlType type, const void* src, float* dst, int64_t n_rows, int64_t n_per_row);

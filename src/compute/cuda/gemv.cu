@@ -372,6 +372,7 @@ bool float_rows_vectorizable(const DevMatrix& w) {
 size_t act_bytes(GgmlType act_type, int64_t rows, int64_t n) {
   const size_t r = static_cast<size_t>(rows), nn = static_cast<size_t>(n);
   if (act_type == GgmlType::Q8_0) return round256(r * nn) + round256(r * (nn / 32) * 4);
+  if (act_type == GgmlType::Q8_1) return round256(r * nn) + round256(r * (nn / 16) * 4);  // FmtQ5_1's view
   return round256(r * nn) + round256(r * (nn / 256) * 4) + round256(r * (nn / 16) * 2);
 }
 
@@ -398,6 +399,10 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
     k_quant_q8_K<<<static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
         x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d, bs);
     check_launch("gemv quantize_q8_K (activations)");
+  } else if (act_type == GgmlType::Q8_1) {  // Q5_1's activations (gemv_formats_legacy.cuh)
+    float* d = reinterpret_cast<float*>(p + round256(r * nn));
+    a.d = d;
+    quantize_acts_q8_1(x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d, stream);
   } else {
     fail("CUDA gemv: {} is not an activation format", type_name(act_type));
   }

@@ -1,6 +1,6 @@
 #pragma once
 // The further weight formats of the CPU engine on the staged GEMV / MoE kernels (internal to the
-// CUDA backend): Q4_0, Q5_0, IQ4_NL, MXFP4 (gemv_formats_legacy.cuh), Q3_K, Q5_K, Q6_K, IQ4_XS
+// CUDA backend): Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4 (gemv_formats_legacy.cuh), Q3_K, Q5_K, Q6_K, IQ4_XS
 // (gemv_formats_k.cuh), IQ1_S, IQ1_M, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (gemv_formats_iq.cuh).
 // gemv.cu, gemv_moe.cu and cuda_dequant.cu reach them through with_ext_format().
 #include "compute/cuda/gemv_formats_iq.cuh"
@@ -15,6 +15,7 @@ inline bool ext_format(GgmlType t) {
   switch (t) {
     case GgmlType::Q4_0:
     case GgmlType::Q5_0:
+    case GgmlType::Q5_1:
     case GgmlType::IQ4_NL:
     case GgmlType::MXFP4:
     case GgmlType::Q3_K:
@@ -40,6 +41,7 @@ bool with_ext_format(GgmlType t, Fn&& fn) {
   switch (t) {
     case GgmlType::Q4_0: fn(FmtQ4_0{}); return true;
     case GgmlType::Q5_0: fn(FmtQ5_0{}); return true;
+    case GgmlType::Q5_1: fn(FmtQ5_1{}); return true;
     case GgmlType::IQ4_NL: fn(FmtIQ4_NL{}); return true;
     case GgmlType::MXFP4: fn(FmtMXFP4{}); return true;
     case GgmlType::Q3_K: fn(FmtQ3_K{}); return true;

@@ -1,11 +1,12 @@
 // The CUDA format structs of the further weight formats (src/compute/cuda/gemv_formats_ext.cuh:
-// Q4_0, Q5_0, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XS, IQ2_S, IQ3_XXS,
+// Q4_0, Q5_0, Q5_1, IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XS, IQ2_S, IQ3_XXS,
 // IQ3_S), compiled for the host with the stand-in intrinsics of host_cuda/, against the CPU
 // codecs on the same bytes:
 //  * dot<R>: each block's term added into partial sum (block mod 8), folded as the kernels of
 //    gemv_exact.cuh do, times kPost, equals quant::vec_dot and quant::vec_dot_scalar bit for bit
-//    (R = 4 activation rows, 3 or 4 of them used), for activations from the CPU's Q8_0/Q8_K
+//    (R = 4 activation rows, 3 or 4 of them used), for activations from the CPU's Q8_0/Q8_K/Q8_1
 //    quantizer and for random activation bytes (every value, -128 included);
+//  * the device Q8_1 quantizer (Q5_1's activations) gives quant::quantize_activation_row's bytes;
 //  * decode32 equals quant::dequantize_row bit for bit;
 //  * dotf<R> (decoded weights times f32 activations, one FMA chain over the row) is within
 //    (n + 2) * 2^-24 * sum |w x| of the exact dot of the CPU-decoded weights: the standard bound
@@ -24,6 +25,7 @@
 #include "core/fp16.h"
 #include "cuda/quant_pool.h"  // tests/cuda
 #include "quant/blocks.h"
+#include "quant/blocks_ext.h"
 #include "quant/quant.h"
 
 namespace ds4::test {
@@ -56,7 +58,7 @@ Acts make_acts(GgmlType at, int rows, int64_t n, bool random_bytes, cudatest::Po
   Acts a{at, n, row_bytes(traits(at), static_cast<uint64_t>(n)), {}, {}, {}, {}};
   const int64_t nb = n / traits(at).block_elems;
   a.blocks.resize(rows * a.row_bytes);
-  a.qs.resize(rows * n), a.d.resize(rows * nb), a.bs.resize(rows * (n / 16));
+  a.qs.resize(rows * n), a.d.resize(rows * nb * (at == GgmlType::Q8_1 ? 2 : 1)), a.bs.resize(rows * (n / 16));
   x.assign(rows * n, 0.0f);
   for (int r = 0; r < rows; ++r) {
     uint8_t* row = a.blocks.data() + r * a.row_bytes;
@@ -66,6 +68,12 @@ Acts make_acts(GgmlType at, int rows, int64_t n, bool random_bytes, cudatest::Po
         if (at == GgmlType::Q8_0) {
           auto* q = reinterpret_cast<quant::BlockQ8_0*>(row) + b;
           q->d = fp32_to_fp16(static_cast<float>(0.001 + 0.05 * rng.uniform()));
+        } else if (at == GgmlType::Q8_1) {
+          auto* q = reinterpret_cast<quant::BlockQ8_1*>(row) + b;
+          q->d = fp32_to_fp16(static_cast<float>(0.001 + 0.05 * rng.uniform()));
+          int s = 0;
+          for (int k = 0; k < 32; ++k) s += q->qs[k];
+          q->s = fp32_to_fp16(static_cast<float>(s) * fp16_to_fp32(q->d));
         } else {
           auto* q = reinterpret_cast<quant::BlockQ8_K*>(row) + b;
           q->d = static_cast<float>(1e-4 + 1e-2 * rng.uniform());
@@ -89,6 +97,10 @@ Acts make_acts(GgmlType at, int rows, int64_t n, bool random_bytes, cudatest::Po
         const auto* q = reinterpret_cast<const quant::BlockQ8_0*>(row) + b;
         a.d[r * nb + b] = fp16_to_fp32(q->d);  // the device view keeps Q8_0's scale widened to f32
         std::memcpy(&a.qs[r * n + 32 * b], q->qs, 32);
+      } else if (at == GgmlType::Q8_1) {  // {d, s} per 32 values (FmtQ5_1::kActBE = 16)
+        const auto* q = reinterpret_cast<const quant::BlockQ8_1*>(row) + b;
+        a.d[2 * (r * nb + b)] = fp16_to_fp32(q->d), a.d[2 * (r * nb + b) + 1] = fp16_to_fp32(q->s);
+        std::memcpy(&a.qs[r * n + 32 * b], q->qs, 32);
       } else {
         const auto* q = reinterpret_cast<const quant::BlockQ8_K*>(row) + b;
         a.d[r * nb + b] = q->d;
@@ -106,7 +118,7 @@ void check_format(GgmlType t) {
   const auto& tr = traits(t);
   ASSERT_EQ(tr.block_bytes, static_cast<uint32_t>(F::kBB));
   ASSERT_EQ(tr.block_elems, static_cast<uint32_t>(F::kBE));
-  ASSERT_EQ(quant::vec_dot_type(t), F::kQ8K ? GgmlType::Q8_K : GgmlType::Q8_0);
+  ASSERT_EQ(quant::vec_dot_type(t), F::kQ8K ? GgmlType::Q8_K : F::kActBE == 16 ? GgmlType::Q8_1 : GgmlType::Q8_0);
   ASSERT_TRUE(ext_format(t));
   const int64_t n = 2048, nb = n / F::kBE;
   const uint64_t seed = 0x5eed0000ull + static_cast<uint64_t>(t);
@@ -114,6 +126,27 @@ void check_format(GgmlType t) {
   cudatest::PoolRng rng(seed * 7 + 1);
   const size_t rb = row_bytes(tr, n);
   const bool byte_aligned = t == GgmlType::MXFP4 || t == GgmlType::IQ1_M;  // natural alignment 1, else 2
+  if (t == GgmlType::Q5_1) {
+    // The device's Q8_1 activation quantizer against the CPU's, on rows with varied block scales.
+    std::vector<float> x(1024);
+    float sc = 1;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (i % 32 == 0) sc = std::exp(2 * rng.normal());
+      x[i] = rng.normal() * sc;
+    }
+    x[40] = 0;  // and an all-zero block
+    for (int k = 64; k < 96; ++k) x[k] = 0;
+    std::vector<quant::BlockQ8_1> ref(x.size() / 32);
+    quant::quantize_activation_row(GgmlType::Q8_1, x.data(), ref.data(), static_cast<int64_t>(x.size()));
+    int bad = 0;
+    for (size_t b = 0; b < ref.size(); ++b) {
+      int8_t qs[32];
+      float ds[2];
+      quant_q8_1_block(&x[32 * b], qs, ds);
+      bad += std::memcmp(qs, ref[b].qs, 32) != 0 || ds[0] != fp16_to_fp32(ref[b].d) || ds[1] != fp16_to_fp32(ref[b].s);
+    }
+    EXPECT_EQ(bad, 0) << "Q8_1 blocks differing from quantize_activation_row";
+  }
   int dot_bad = 0, dec_bad = 0, f_bad = 0;
   for (int rep = 0; rep < 8; ++rep) {
     // Staged blocks keep their address mod 16; the word reader touches up to 3 bytes before and
@@ -198,6 +231,7 @@ TEST(CudaFormatsHost, SignRuleMatchesTheCpuTable) {
 TEST(CudaFormatsHost, LegacyFormats) {
   check_format<FmtQ4_0>(GgmlType::Q4_0);
   check_format<FmtQ5_0>(GgmlType::Q5_0);
+  check_format<FmtQ5_1>(GgmlType::Q5_1);
   check_format<FmtIQ4_NL>(GgmlType::IQ4_NL);
   check_format<FmtMXFP4>(GgmlType::MXFP4);
 }
@@ -234,7 +268,7 @@ TEST(CudaFormatsHost, DispatchCoversTheFurtherFormats) {
     EXPECT_EQ(calls, ok ? 1 : 0) << tr->name;
     n += ok;
   }
-  EXPECT_EQ(n, 14);
+  EXPECT_EQ(n, 15);
 }
 
 }  // namespace

@@ -10,3 +10,4 @@ struct __half {
 };
 inline __half __ushort_as_half(uint16_t v) { return {v}; }
 inline float __half2float(__half h) { return ds4::fp16_to_fp32(h.v); }
+inline __half __float2half_rn(float f) { return {ds4::fp32_to_fp16(f)}; }  // ggml's: round to nearest even
