@@ -44,10 +44,17 @@ fi
 #   third_party/agents/core   Claude Code and pi, run by make test (about 400 MB)
 #   third_party/agents/extra  Codex and opencode, only with DS4_SETUP_EXTRA_AGENTS=1 (make test-clients)
 npm_install() {
-  local dir=$1 stamp=$1/node_modules/.ds4-lock-stamp
+  local dir=$1 how=${2:-ci} stamp=$1/node_modules/.ds4-lock-stamp
   if [[ ! -f $stamp ]] || ! cmp -s "$dir/package-lock.json" "$stamp"; then
     echo "setup.sh: installing npm packages into $dir/node_modules"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    if [[ $how == ci ]]; then
+      (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+    else
+      # The lock guides the versions, but `npm ci` refuses it: the registry reachable here lists
+      # opencode's per-platform optional packages without the non-Linux ones, so the lock can
+      # never name them all ("Missing: opencode-darwin-arm64@ from lock file").
+      (cd "$dir" && npm install --no-save --no-audit --no-fund --loglevel=error)
+    fi
     cp "$dir/package-lock.json" "$stamp"
   fi
 }
@@ -55,5 +62,5 @@ npm_install third_party/npm
 npm_install third_party/webui
 npm_install third_party/agents/core
 if [[ ${DS4_SETUP_EXTRA_AGENTS:-} == 1 ]]; then
-  npm_install third_party/agents/extra
+  npm_install third_party/agents/extra install
 fi

@@ -27,6 +27,7 @@ App::App(const AgentCliOptions& o) : o_(o) {
   eo.dir_steering_file = o.dir_steering_file;
   eo.dir_steering_attn = o.dir_steering_attn;
   eo.dir_steering_ffn = o.dir_steering_ffn;
+  if (o.configure_engine) o.configure_engine(eo);
   engine_ = Engine::open(eo);
   SamplerConfig sc;
   sc.temperature = o.temperature;

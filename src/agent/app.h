@@ -6,8 +6,13 @@
 // Exit status of run_agent_cli: 0 the model finished (answered without a tool call), 1 an
 // error (bad flags, model failure, full context), 2 the turn limit was hit, 130 interrupted.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+
+namespace ds4 {
+struct EngineOptions;
+}
 
 namespace ds4::agent {
 
@@ -17,6 +22,9 @@ struct AgentCliOptions {
   int threads = 0;
   std::string dir_steering_file;  // EngineOptions::dir_steering_*
   float dir_steering_attn = 0, dir_steering_ffn = 0;
+  // Further engine settings from the command line (expert streaming, residency), applied to
+  // the EngineOptions before the engine opens; may be empty.
+  std::function<void(EngineOptions&)> configure_engine;
   int64_t ctx = 0;
   float temperature = 1.0f;
   int32_t top_k = 0;

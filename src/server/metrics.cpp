@@ -70,4 +70,26 @@ std::string Metrics::prometheus() const {
   return o;
 }
 
+std::string expert_prometheus(const ExpertCounters& c) {
+  std::string o;
+  auto line = [&](const char* type, const char* name, const char* help, auto value) {
+    o += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+  };
+  line("counter", "ds4_expert_tokens_total", "Tokens whose routed experts went through the streaming cache.", c.tokens);
+  line("counter", "ds4_expert_hits_total", "Selected experts found in the host cache.", c.hits);
+  line("counter", "ds4_expert_inflight_hits_total", "Selected experts found being read by a prefetch.", c.inflight_hits);
+  line("counter", "ds4_expert_misses_total", "Selected experts read on demand.", c.misses);
+  line("counter", "ds4_expert_evictions_total", "Experts evicted from the host cache.", c.evictions);
+  line("counter", "ds4_expert_reads_total", "Expert reads issued (demand and prefetch).", c.reads);
+  line("counter", "ds4_expert_read_bytes_total", "Bytes read for experts.", c.bytes_read);
+  line("counter", "ds4_expert_prefetch_issued_total", "Prefetch reads issued (hash layers and lookahead).",
+       c.prefetch_issued);
+  line("counter", "ds4_expert_prefetch_useful_total", "Prefetched experts selected before eviction.", c.prefetch_useful);
+  line("counter", "ds4_expert_prefetch_wasted_total", "Prefetched experts evicted unused.", c.prefetch_wasted);
+  line("counter", "ds4_expert_stall_seconds_total", "Time the forward pass waited for expert reads.", c.stall_seconds);
+  line("gauge", "ds4_expert_cache_budget_bytes", "Host expert cache budget.", c.cache_budget_bytes);
+  line("gauge", "ds4_expert_cache_bytes", "Bytes of experts held in the host cache.", c.cache_bytes);
+  return o;
+}
+
 }  // namespace ds4::server

@@ -7,6 +7,8 @@
 #include <string>
 #include <utility>
 
+#include "ds4/engine.h"
+
 namespace ds4::server {
 
 class Metrics {
@@ -31,5 +33,9 @@ class Metrics {
   int64_t queued_ = 0, active_ = 0;
   std::function<std::string()> extra_;
 };
+
+// The expert-streaming counters (Engine::expert_counters) in the Prometheus text format:
+// ds4_expert_* counters and the cache gauges.
+std::string expert_prometheus(const ExpertCounters& c);
 
 }  // namespace ds4::server

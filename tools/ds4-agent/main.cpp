@@ -5,19 +5,23 @@
 #include <cstdio>
 
 #include "agent/app.h"
+#include "common/expert_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ds4-agent: a coding agent in the terminal, running DeepSeek V4 in-process"};
   ds4::agent::AgentCliOptions o;
   std::string resume;
   app.add_option("-m,--model", o.model_path, "GGUF model file")->capture_default_str();
-  app.add_option("--backend", o.backend, "compute backend: cpu (cuda: not built yet)")
+  app.add_option("--backend", o.backend, "compute backend: cpu, or cuda (a `make cuda` build)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--dir-steering-file", o.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
   app.add_option("--dir-steering-attn", o.dir_steering_attn, "steering scale after attention sublayers (default 0)");
   app.add_option("--dir-steering-ffn", o.dir_steering_ffn, "steering scale after FFN sublayers (default 0)");
+  ds4::tools::ExpertFlags experts;
+  ds4::tools::add_expert_flags(app, experts);
+  o.configure_engine = [&experts](ds4::EngineOptions& eo) { experts.apply(eo); };
   app.add_option("-c,--ctx", o.ctx, "context size in tokens (default: the model's training context)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--temp", o.temperature, "sampling temperature; 0 = greedy (default 1; tool-call structure is always greedy)");

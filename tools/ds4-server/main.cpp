@@ -136,6 +136,8 @@ int main(int argc, char** argv) {
     eo.collect_expert_profile = !profile_out.empty();
     experts.apply(eo);
     auto engine = ds4::Engine::open(eo);
+    for (const std::string* line : {&engine->memory_plan().residency, &engine->memory_plan().expert_streaming})
+      if (!line->empty()) fmt::print(stderr, "ds4-server: {}\n", *line);
     if (auto d = engine->prune_description(); !d.empty()) fmt::print(stderr, "ds4-server: {}\n", d);
     // Live analysis: a thread writes the files every --imatrix-flush-s seconds when new tokens
     // were evaluated, and once more at shutdown (each write is atomic: temporary file + rename).
@@ -217,6 +219,7 @@ int main(int argc, char** argv) {
       if (analysing)
         s += fmt::format("# HELP ds4_analysis_tokens Tokens counted by the live imatrix / expert profile.\n"
                          "# TYPE ds4_analysis_tokens counter\nds4_analysis_tokens {}\n", engine->analysis_tokens());
+      if (const auto c = engine->expert_counters()) s += ds4::server::expert_prometheus(*c);
       return s;
     });
     ds4::server::WorkerOptions wo;

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "chat/markers.h"
+#include "server/metrics.h"
 #include "server/worker.h"
 
 namespace ds4::server {
@@ -287,3 +288,17 @@ TEST(ServerWorker, MaxTokensBeyondTheContextEndsWithLength) {
 
 }  // namespace
 }  // namespace ds4::server
+
+TEST(Metrics, ExpertCountersInPrometheusFormat) {
+  ds4::ExpertCounters c;
+  c.tokens = 7, c.hits = 40, c.misses = 2, c.bytes_read = 123456, c.prefetch_useful = 5, c.stall_seconds = 0.25;
+  c.cache_budget_bytes = 1 << 20, c.cache_bytes = 4096;
+  const std::string o = ds4::server::expert_prometheus(c);
+  for (const char* want : {"# TYPE ds4_expert_hits_total counter\nds4_expert_hits_total 40\n",
+                           "ds4_expert_tokens_total 7\n", "ds4_expert_misses_total 2\n",
+                           "ds4_expert_read_bytes_total 123456\n", "ds4_expert_prefetch_useful_total 5\n",
+                           "ds4_expert_stall_seconds_total 0.25\n",
+                           "# TYPE ds4_expert_cache_budget_bytes gauge\nds4_expert_cache_budget_bytes 1048576\n",
+                           "ds4_expert_cache_bytes 4096\n"})
+    EXPECT_NE(o.find(want), std::string::npos) << want << "\nin:\n" << o;
+}
