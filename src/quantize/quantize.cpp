@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "quantize/prune_tensors.h"
 
 namespace ds4::quantize {
 
@@ -32,20 +34,29 @@ int64_t layer_count(const gguf::File& f) {
 }
 
 struct Planned {
-  const gguf::TensorInfo* src = nullptr;
+  const gguf::TensorInfo* src = nullptr;  // the file's tensor, or sliced->info
   GgmlType to = GgmlType::F32;
   std::string note;
+  std::shared_ptr<const SlicedTensor> sliced;  // --prune: this tensor without the pruned experts
+  const gguf::TensorInfo* orig = nullptr;       // the file's tensor
 };
 
-std::vector<Planned> make_plan(const gguf::File& f, const Recipe& r, std::vector<std::string>* notes) {
+std::vector<Planned> make_plan(const gguf::File& f, const Recipe& r, std::vector<std::string>* notes,
+                               const PrunePlan* prune = nullptr) {
   const int64_t n_layers = layer_count(f);
   std::vector<std::string> names;
   for (const auto& t : f.tensors()) names.push_back(t.name);
   for (auto& w : check_recipe(r, names, n_layers))
     if (notes) notes->push_back(std::move(w));
   std::vector<Planned> out;
-  for (const auto& t : f.tensors()) {
-    Planned p{&t, t.type, ""};
+  for (const auto& ft : f.tensors()) {
+    Planned p{&ft, ft.type, "", nullptr, &ft};
+    if (prune)
+      if (auto s = slice_tensor(ft, *prune, f.path())) {
+        p.sliced = std::make_shared<const SlicedTensor>(std::move(*s));
+        p.src = &p.sliced->info;
+      }
+    const gguf::TensorInfo& t = *p.src;
     if (!is_matrix(t)) {
       out.push_back(p);
       continue;
@@ -78,7 +89,11 @@ std::vector<std::vector<float>> tensor_weights(const Planned& p, const QuantizeO
   const int64_t ne0 = static_cast<int64_t>(t.ne[0]), nmat = t.ne.size() == 3 ? static_cast<int64_t>(t.ne[2]) : 1;
   std::vector<std::vector<float>> w;
   if (o.imatrix && o.imatrix->entries.count(t.name)) {
-    for (int64_t m = 0; m < nmat; ++m) w.push_back(o.imatrix->weights(t.name, m, ne0, nmat));
+    // A pruned expert tensor: matrix m is original expert kept_ids[m], whose slice it gets.
+    const SlicedTensor* s = p.sliced && p.sliced->per_matrix ? p.sliced.get() : nullptr;
+    for (int64_t m = 0; m < nmat; ++m)
+      w.push_back(s ? o.imatrix->weights(t.name, s->kept_ids[static_cast<size_t>(m)], ne0, s->orig_count)
+                    : o.imatrix->weights(t.name, m, ne0, nmat));
     *from_imatrix = true;
   } else if (p.to == GgmlType::IQ2_XXS) {
     w.assign(static_cast<size_t>(nmat), std::vector<float>(static_cast<size_t>(ne0), 1.0f));
@@ -140,7 +155,12 @@ QuantizeReport quantize_file(const std::string& in_path, const std::string& out_
   const auto t0 = clock::now();
   QuantizeReport rep;
   gguf::File f = gguf::File::open(in_path);
-  const std::vector<Planned> plan = make_plan(f, o.recipe, &rep.notes);
+  std::optional<PrunePlan> prune;
+  if (o.prune) {
+    prune = make_prune_plan(f, *o.prune, o.prune_path.empty() ? std::string("--prune mask") : o.prune_path);
+    rep.pruned_experts = prune->dropped();
+  }
+  const std::vector<Planned> plan = make_plan(f, o.recipe, &rep.notes, prune ? &*prune : nullptr);
   ThreadPool pool(o.threads);
 
   // Hashes first: they go into the header, which precedes the data.
@@ -169,10 +189,15 @@ QuantizeReport quantize_file(const std::string& in_path, const std::string& out_
   }
 
   gguf::Writer w(out_path);
+  std::vector<gguf::KeyValue> prune_kv;
+  if (prune) prune_kv = prune_metadata(*prune, static_cast<int64_t>(prune->kept.size()));
   for (const auto& kv : f.metadata()) {
     if (kv.key.starts_with("ds4.quantize.") || kv.key.starts_with("quantize.imatrix.")) continue;
-    w.add_kv(kv.key, kv.value);
+    bool replaced = false;
+    for (const auto& p : prune_kv) replaced = replaced || p.key == kv.key;
+    if (!replaced) w.add_kv(kv.key, kv.value);
   }
+  for (const auto& p : prune_kv) w.add_kv(p.key, p.value);
   w.add_kv("ds4.quantize.recipe", gguf::Value::string(o.recipe.name));
   if (o.imatrix) {
     // llama-quantize's keys, so other tools see that an imatrix was used.
@@ -191,8 +216,9 @@ QuantizeReport quantize_file(const std::string& in_path, const std::string& out_
   for (size_t i = 0; i < plan.size(); ++i) {
     const Planned& p = plan[i];
     const auto& t = *p.src;
-    rep.in_bytes += t.n_bytes;
+    rep.in_bytes += p.orig->n_bytes;
     std::string what;
+    const uint64_t out_before = rep.out_bytes;
     const gguf::TensorInfo* ot = nullptr;
     if (old) {
       auto it = old_hashes.find(t.name);
@@ -221,6 +247,10 @@ QuantizeReport quantize_file(const std::string& in_path, const std::string& out_
       ++rep.quantized;
       if (used_imatrix[i]) ++rep.with_imatrix;
       what = fmt::format("{} -> {}{}", traits(t.type).name, traits(p.to).name, used_imatrix[i] ? " (imatrix)" : "");
+    }
+    if (p.sliced) {  // bytes per kept expert (matrix, router row or bias) times the dropped ones
+      const uint64_t kept = p.sliced->kept_ids.size(), n = rep.out_bytes - out_before;
+      rep.pruned_bytes += n / kept * (static_cast<uint64_t>(p.sliced->orig_count) - kept);
     }
     ++rep.tensors;
     if (o.progress)

@@ -15,11 +15,16 @@
 // tensor). With `reuse`, a tensor whose hash equals the one recorded in the old file (and whose
 // old type and shape are the target's) is copied from it instead of recomputed, so the output
 // is byte-identical to a full run.
+//
+// With `prune`, the mask's pruned experts leave the file (prune_tensors.h): the expert tensors,
+// router rows and selection biases of pruned layers are re-indexed before the recipe applies,
+// and an imatrix slice goes to the expert it was collected for.
 #include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
 
+#include "quantize/expert_profile.h"
 #include "quantize/imatrix.h"
 #include "quantize/recipe.h"
 
@@ -30,6 +35,10 @@ struct QuantizeOptions {
   std::optional<Imatrix> imatrix;
   std::string imatrix_path;   // recorded in the output's metadata
   std::string reuse_path;     // "" = no reuse
+  // Drop this mask's pruned experts from the file (prune_tensors.h); prune_path names it in
+  // errors and is not otherwise read.
+  std::optional<PruneMask> prune;
+  std::string prune_path;
   int threads = 0;            // <= 0: all hardware threads
   // Called after each tensor: index, total, name, what happened ("quantized", "copied",
   // "reused"), output bytes so far, seconds so far.
@@ -39,6 +48,8 @@ struct QuantizeOptions {
 struct QuantizeReport {
   size_t tensors = 0, quantized = 0, copied = 0, reused = 0;
   size_t with_imatrix = 0;     // quantized tensors that used imatrix weights
+  int64_t pruned_experts = 0;  // --prune: routed experts dropped (all layers)
+  uint64_t pruned_bytes = 0;   // --prune: output bytes those experts would have taken
   uint64_t in_bytes = 0, out_bytes = 0;
   double seconds = 0;
   std::vector<std::string> notes;   // fallbacks and recipe warnings

@@ -24,6 +24,13 @@ quantize::ModelKey model_key(const gguf::File& f, const model::deepseek4::HParam
 std::unique_ptr<Analysis> make_analysis(const gguf::File& f, const model::deepseek4::HParams& hp, bool imatrix,
                                         bool profile, const std::string& prune_mask_path) {
   if (!imatrix && !profile && prune_mask_path.empty()) return nullptr;
+  // A file with experts dropped (ds4-gguf quantize --prune) no longer numbers its experts as
+  // the model did: profiles and masks, which are per original expert id, belong to the unpruned
+  // file. (An imatrix of it describes its own tensors and is fine.)
+  if ((profile || !prune_mask_path.empty()) && hp.experts_pruned())
+    fail("{}: experts were dropped from this file by pruning ({}): collect expert profiles and apply prune masks "
+         "on the unpruned file",
+         f.path(), f.get_string("ds4.prune.method").value_or("ds4-gguf quantize --prune"));
   auto a = std::make_unique<Analysis>();
   a->key = model_key(f, hp);
   auto& c = *a->cfg;

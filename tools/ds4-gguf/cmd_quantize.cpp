@@ -1,14 +1,17 @@
-// ds4-gguf quantize IN.gguf OUT.gguf --recipe NAME|FILE [--imatrix FILE] [--reuse OLD.gguf] [-t N] [--quiet]
+// ds4-gguf quantize IN.gguf OUT.gguf --recipe NAME|FILE [--imatrix FILE] [--reuse OLD.gguf] [--prune MASK]
+//                   [-t N] [--quiet]
 // ds4-gguf quantize --recipe NAME|FILE --print        (the recipe's text)
 // ds4-gguf quantize IN.gguf --recipe NAME|FILE --plan  (the type each tensor would get)
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include "command.h"
 #include "core/error.h"
 #include "quant/types.h"
+#include "quantize/expert_profile.h"
 #include "quantize/quantize.h"
 
 namespace {
@@ -16,19 +19,22 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: ds4-gguf quantize IN.gguf OUT.gguf --recipe NAME|FILE [--imatrix FILE] [--reuse OLD.gguf]\n"
-               "                         [-t N] [--quiet]\n"
+               "                         [--prune MASK] [-t N] [--quiet]\n"
                "       ds4-gguf quantize --recipe NAME|FILE --print     print the recipe (built-ins: flash-q2, flash-q4, q8_0)\n"
                "       ds4-gguf quantize IN.gguf --recipe NAME|FILE --plan  print each tensor's type under it\n"
                "  Re-quantizes IN (F32/F16/BF16/Q8_0/... tensors) into OUT under the recipe: lines 'PATTERN TYPE\n"
                "  [layers=0-2,first:N,last:N]', the last matching line wins, 'keep' copies. --imatrix: llama.cpp\n"
                "  GGUF imatrix (per expert for routed experts). --reuse: copy tensors whose source, type and\n"
                "  imatrix slice are unchanged from OLD (written by this command) instead of recomputing them.\n"
+               "  --prune: drop the mask's pruned experts (ds4-gguf prune) from OUT; the engine runs OUT as it\n"
+               "  runs IN with --prune-mask MASK (hash-routed layers are never pruned). Use '--recipe keep'\n"
+               "  ('* keep') to prune without re-quantizing.\n"
                "  OUT is written to OUT.tmp and renamed when complete.\n");
   return 2;
 }
 
 int cmd_quantize(int argc, char** argv) {
-  std::string in, out, recipe, imatrix, reuse;
+  std::string in, out, recipe, imatrix, reuse, prune;
   int threads = 0;
   bool print = false, plan = false, quiet = false;
   for (int i = 1; i < argc; ++i) {
@@ -44,6 +50,8 @@ int cmd_quantize(int argc, char** argv) {
       if (!value(imatrix)) return usage();
     } else if (a == "--reuse") {
       if (!value(reuse)) return usage();
+    } else if (a == "--prune") {
+      if (!value(prune)) return usage();
     } else if (a == "-t" || a == "--threads") {
       std::string v;
       if (!value(v)) return usage();
@@ -93,6 +101,10 @@ int cmd_quantize(int argc, char** argv) {
     o.recipe = r;
     o.threads = threads;
     o.reuse_path = reuse;
+    if (!prune.empty()) {
+      o.prune = ds4::quantize::read_mask(prune);
+      o.prune_path = prune;
+    }
     if (!imatrix.empty()) {
       o.imatrix = ds4::quantize::read_imatrix(imatrix);
       o.imatrix_path = imatrix;
@@ -111,6 +123,15 @@ int cmd_quantize(int argc, char** argv) {
                 out.c_str(), rep.tensors, rep.quantized, rep.with_imatrix, rep.copied, rep.reused,
                 reuse.empty() ? "-" : reuse.c_str(), static_cast<double>(rep.in_bytes) / 1e6,
                 static_cast<double>(rep.out_bytes) / 1e6, rep.seconds);
+    if (o.prune) {
+      std::error_code ec;
+      const auto in_size = std::filesystem::file_size(in, ec), out_size = std::filesystem::file_size(out, ec);
+      std::printf("pruned %lld routed experts (mask %s): %.2f MB less than the same recipe without --prune "
+                  "(%.1f%%); file %.2f MB -> %.2f MB\n",
+                  static_cast<long long>(rep.pruned_experts), prune.c_str(), static_cast<double>(rep.pruned_bytes) / 1e6,
+                  100.0 * static_cast<double>(rep.pruned_bytes) / static_cast<double>(rep.out_bytes + rep.pruned_bytes),
+                  static_cast<double>(in_size) / 1e6, static_cast<double>(out_size) / 1e6);
+    }
     return 0;
   } catch (const ds4::Error& e) {
     std::fprintf(stderr, "quantize: %s\n", e.what());

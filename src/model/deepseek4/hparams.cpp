@@ -143,6 +143,23 @@ HParams HParams::from_gguf(const gguf::File& f) {
       fail("{}: rope.dimension_count {} > indexer key_length {}", f.path(), h.n_rot, h.indexer_head_dim);
   }
 
+  // Pruned files (ds4-gguf quantize --prune): the routed-expert count of every layer.
+  h.n_expert_layer.assign(static_cast<size_t>(h.n_layer), h.n_expert);
+  if (auto per = f.get_int_array(key("expert_count_per_layer"))) {
+    if (static_cast<int64_t>(per->size()) != h.n_layer)
+      fail("{}: {} has {} entries, need block_count = {}", f.path(), key("expert_count_per_layer"), per->size(), h.n_layer);
+    for (int64_t il = 0; il < h.n_layer; ++il) {
+      const int64_t c = (*per)[static_cast<size_t>(il)];
+      if (c < h.n_expert_used || c > h.n_expert)
+        fail("{}: {}[{}] = {} must be in [expert_used_count = {}, expert_count = {}]", f.path(),
+             key("expert_count_per_layer"), il, c, h.n_expert_used, h.n_expert);
+      if (h.is_hash_layer(il) && c != h.n_expert)
+        fail("{}: {}[{}] = {}: layer {} is hash-routed and must hold all {} experts", f.path(),
+             key("expert_count_per_layer"), il, c, il, h.n_expert);
+      h.n_expert_layer[static_cast<size_t>(il)] = c;
+    }
+  }
+
   h.swiglu_limit.assign(static_cast<size_t>(h.n_layer), 0.0f);
   if (auto lim = f.get_float_array(key("swiglu_clamp_exp"))) {
     if (static_cast<int64_t>(lim->size()) < h.n_layer)
@@ -172,6 +189,12 @@ HParams HParams::from_gguf(const gguf::File& f) {
   if (h.rope_swa.freq_base <= 1 || h.rope_compressed.freq_base <= 1)
     fail("{}: RoPE bases must be > 1 (got {}, {})", f.path(), h.rope_swa.freq_base, h.rope_compressed.freq_base);
   return h;
+}
+
+bool HParams::experts_pruned() const {
+  for (int64_t c : n_expert_layer)
+    if (c != n_expert) return true;
+  return false;
 }
 
 std::string HParams::describe() const {

@@ -29,7 +29,11 @@ struct HParams {
   int64_t indexer_n_head = 0;
   int64_t indexer_head_dim = 0;
   int64_t indexer_top_k = 0;
-  int64_t n_expert = 0;
+  int64_t n_expert = 0;       // routed experts per layer (the most, in a pruned file)
+  // Per layer: routed experts in that layer's tensors. All n_expert, except in a file written
+  // by `ds4-gguf quantize --prune` (key expert_count_per_layer): pruned learned-routing layers
+  // hold fewer; hash-routed layers always hold n_expert.
+  std::vector<int64_t> n_expert_layer;
   int64_t n_expert_used = 0;
   int64_t expert_ff = 0;
   int64_t n_expert_shared = 0;
@@ -47,6 +51,8 @@ struct HParams {
 
   int64_t ratio(int64_t il) const { return compress_ratio[static_cast<size_t>(il)]; }
   bool is_hash_layer(int64_t il) const { return il < n_hash_layers; }
+  int64_t experts_in(int64_t il) const { return n_expert_layer[static_cast<size_t>(il)]; }
+  bool experts_pruned() const;  // some layer holds fewer than n_expert
 
   // Reads and validates (throws ds4::Error naming the key and the problem).
   static HParams from_gguf(const gguf::File& f);

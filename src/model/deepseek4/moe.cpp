@@ -75,7 +75,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   FBuf logits = project(L.router, f, n_);
   compute::Buffer<int32_t> experts(be_, static_cast<size_t>(n_ * K));
   FBuf weights = buf(n_ * K);
-  compute::RouteParams rp{hp_.n_expert, K, L.router_bias, L.tid2eid, hp_.expert_weights_norm,
+  compute::RouteParams rp{hp_.experts_in(il), K, L.router_bias, L.tid2eid, hp_.expert_weights_norm,
                           hp_.expert_weights_scale};
   be_.moe_route(logits.data(), tok_dev_, n_, rp, experts.data(), weights.data());
 
@@ -87,7 +87,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
       const LayerWeights& N = w_.layers[static_cast<size_t>(il + 1)];
       FBuf nl = project(N.router, f, 1), gw = buf(K);
       compute::Buffer<int32_t> g(be_, static_cast<size_t>(K));
-      compute::RouteParams np{hp_.n_expert, K, N.router_bias, N.tid2eid, hp_.expert_weights_norm,
+      compute::RouteParams np{hp_.experts_in(il + 1), K, N.router_bias, N.tid2eid, hp_.expert_weights_norm,
                               hp_.expert_weights_scale};
       be_.moe_route(nl.data(), tok_dev_, 1, np, g.data(), gw.data());
       guess = g.to_host();

@@ -153,8 +153,9 @@ Weights Weights::bind(const gguf::File& f, HParams& hp) {
     L.hc_ffn_base = b.vec(n("hc_ffn_base.weight"), n_mix);
     L.hc_ffn_scale = b.vec(n("hc_ffn_scale.weight"), 3);
     L.ffn_norm = b.vec(n("ffn_norm.weight"), d);
-    L.router = b.matrix(n("ffn_gate_inp.weight"), d, hp.n_expert);
-    L.router_bias = b.vec(n("exp_probs_b.bias"), hp.n_expert, false);
+    const int64_t n_exp = hp.experts_in(il);  // < n_expert in a pruned layer
+    L.router = b.matrix(n("ffn_gate_inp.weight"), d, n_exp);
+    L.router_bias = b.vec(n("exp_probs_b.bias"), n_exp, false);
     if (!hp.is_hash_layer(il) && f.find_tensor(n("ffn_gate_tid2eid.weight")))
       fail("{}: tensor {} is present but layer {} is not hash-routed (hash_layer_count = {})", f.path(),
            n("ffn_gate_tid2eid.weight"), il, hp.n_hash_layers);
@@ -170,12 +171,12 @@ Weights Weights::bind(const gguf::File& f, HParams& hp) {
           fail("{}: tensor {}: element {} = {} is not an expert id in [0, {})", f.path(), t->name, i, L.tid2eid[i],
                hp.n_expert);
     }
-    L.gate_exps = b.experts(n("ffn_gate_exps.weight"), d, hp.expert_ff, hp.n_expert);
-    L.up_exps = b.experts(n("ffn_up_exps.weight"), d, hp.expert_ff, hp.n_expert);
+    L.gate_exps = b.experts(n("ffn_gate_exps.weight"), d, hp.expert_ff, n_exp);
+    L.up_exps = b.experts(n("ffn_up_exps.weight"), d, hp.expert_ff, n_exp);
     if (L.up_exps.first.type != L.gate_exps.first.type)
       fail("{}: blk.{}: ffn_up_exps type {} differs from ffn_gate_exps type {}", f.path(), il,
            traits(L.up_exps.first.type).name, traits(L.gate_exps.first.type).name);
-    L.down_exps = b.experts(n("ffn_down_exps.weight"), hp.expert_ff, d, hp.n_expert);
+    L.down_exps = b.experts(n("ffn_down_exps.weight"), hp.expert_ff, d, n_exp);
     const int64_t sh_ff = hp.n_expert_shared * hp.expert_ff;
     if (sh_ff == 0) continue;
     L.has_shared = true;
