@@ -54,7 +54,10 @@ ExpertLayout ExpertLayout::from_gguf(const gguf::File& f) {
       const int64_t ne2 = static_cast<int64_t>(ti.ne[2]);
       if (out.n_expert == 0) out.n_expert = ne2;
       if (ne2 != out.n_expert)
-        fail("{}: tensor {} has {} experts, layer 0 has {}", f.path(), ti.name, ne2, out.n_expert);
+        fail("{}: tensor {} has {} experts, layer 0 has {}{}", f.path(), ti.name, ne2, out.n_expert,
+             f.find("deepseek4.expert_count_per_layer") ? " (experts pruned per layer by ds4-gguf quantize --prune: "
+                                                             "such a file cannot be streamed or packed)"
+                                                           : "");
       ComponentShape& cs = ls.comp[static_cast<size_t>(c)];
       cs.type = ti.type;
       cs.n_in = static_cast<int64_t>(ti.ne[0]);

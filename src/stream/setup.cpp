@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
+
 #include "core/error.h"
 #include "gguf/gguf.h"
 #include "stream/packed_format.h"
@@ -13,6 +16,19 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   if (!f.find_tensor(expert_tensor_name(0, 0))) {
     if (r.enable) fail("{}: --ssd-streaming: the model has no routed experts", f.path());
     return s;
+  }
+  // A file pruned per layer (ds4-gguf quantize --prune) has layers of different expert counts,
+  // which the streaming store's layout (one count for all layers) cannot describe.
+  if (auto per = f.get_int_array("deepseek4.expert_count_per_layer")) {
+    const bool uneven = std::adjacent_find(per->begin(), per->end(), std::not_equal_to<>()) != per->end();
+    if (uneven) {
+      if (r.enable || !r.trace_path.empty())
+        fail("{}: --ssd-streaming / --trace-routing: experts were pruned per layer in this file "
+             "(deepseek4.expert_count_per_layer); streaming needs one expert count for all layers: stream the "
+             "unpruned file with --prune-mask instead",
+             f.path());
+      return s;
+    }
   }
   const ExpertLayout layout = ExpertLayout::from_gguf(f);
   const bool freed = count_freed_tensors(f, layout) > 0;
