@@ -81,13 +81,15 @@ bool in_layers(const std::vector<LayerRange>& ls, int64_t layer, int64_t n_layer
 
 }  // namespace
 
-std::vector<std::string> builtin_recipe_names() { return {"flash-q2", "flash-q4", "q8_0"}; }
+std::vector<std::string> builtin_recipe_names() { return {"flash-q2", "flash-q4", "q8_0", "keep"}; }
 
 std::optional<std::string> builtin_recipe_text(std::string_view name) {
   if (name == "flash-q2")
     return builtin(name, "iq2_xxs", "q2_K", "the published 2-bit file (routed experts gate/up IQ2_XXS, down Q2_K)");
   if (name == "flash-q4") return builtin(name, "q4_K", "q4_K", "routed experts in Q4_K");
   if (name == "q8_0") return builtin(name, "q8_0", "q8_0", "routed experts in Q8_0 as well");
+  // Every tensor as it is (what `quantize --prune` needs to drop experts without re-quantizing).
+  if (name == "keep") return std::string("# keep: every tensor copied unchanged\n* keep\n");
   return std::nullopt;
 }
 

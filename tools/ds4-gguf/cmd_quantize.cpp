@@ -20,15 +20,15 @@ int usage() {
   std::fprintf(stderr,
                "usage: ds4-gguf quantize IN.gguf OUT.gguf --recipe NAME|FILE [--imatrix FILE] [--reuse OLD.gguf]\n"
                "                         [--prune MASK] [-t N] [--quiet]\n"
-               "       ds4-gguf quantize --recipe NAME|FILE --print     print the recipe (built-ins: flash-q2, flash-q4, q8_0)\n"
+               "       ds4-gguf quantize --recipe NAME|FILE --print     print the recipe (built-ins: flash-q2, flash-q4, q8_0, keep)\n"
                "       ds4-gguf quantize IN.gguf --recipe NAME|FILE --plan  print each tensor's type under it\n"
                "  Re-quantizes IN (F32/F16/BF16/Q8_0/... tensors) into OUT under the recipe: lines 'PATTERN TYPE\n"
                "  [layers=0-2,first:N,last:N]', the last matching line wins, 'keep' copies. --imatrix: llama.cpp\n"
                "  GGUF imatrix (per expert for routed experts). --reuse: copy tensors whose source, type and\n"
                "  imatrix slice are unchanged from OLD (written by this command) instead of recomputing them.\n"
                "  --prune: drop the mask's pruned experts (ds4-gguf prune) from OUT; the engine runs OUT as it\n"
-               "  runs IN with --prune-mask MASK (hash-routed layers are never pruned). Use '--recipe keep'\n"
-               "  ('* keep') to prune without re-quantizing.\n"
+               "  runs IN with --prune-mask MASK (hash-routed layers are never pruned). '--recipe keep' prunes\n"
+               "  without re-quantizing.\n"
                "  OUT is written to OUT.tmp and renamed when complete.\n");
   return 2;
 }

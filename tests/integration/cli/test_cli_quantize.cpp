@@ -128,6 +128,35 @@ TEST(CliQuantize, CollectPruneAndEvaluate) {
   EXPECT_GT(j["kl_mean"].get<double>(), 0.0);
   auto pe = eval("-m " + kDemo + " --ppl " + text_file() + " --ctx 32 -t 2 --prune-mask " + mask);
   ASSERT_EQ(pe.rc, 0) << pe.err;
+
+  // quantize --prune: the experts leave the file (saving printed); the small file against the
+  // masked original: KL exactly 0, full agreement; the same greedy text as ds4 --prune-mask.
+  const std::string small = scratch().path("g-pruned.gguf");
+  auto qp = gguf("quantize " + kDemo + " " + small + " --recipe keep --prune " + mask + " --quiet");
+  ASSERT_EQ(qp.rc, 0) << qp.err;
+  EXPECT_NE(qp.out.find("pruned 12 routed experts"), std::string::npos) << qp.out;
+  EXPECT_NE(qp.out.find("MB less than the same recipe without --prune"), std::string::npos) << qp.out;
+  auto same = eval("-m " + small + " --kl-base " + kDemo + " --base-prune-mask " + mask + " --ppl " + text_file() +
+                   " --ctx 32 -t 2");
+  ASSERT_EQ(same.rc, 0) << same.err;
+  EXPECT_NE(same.out.find("KL(base || model) mean 0.000000, p99 0.000000, max 0.000000; top-1 agreement 1.0000"),
+            std::string::npos) << same.out;
+  auto gs = run_ds4("-m " + small + " -t 2 --raw --temp 0 -n 4 --no-stats -p 'And God said'");
+  ASSERT_EQ(gs.rc, 0) << gs.err;
+  EXPECT_EQ(gs.out, g.out);
+  EXPECT_NE(run_ds4("-m " + small + " -t 2 --raw -n 1 -p 'And' --prune-mask " + mask).err.find("experts were dropped"),
+            std::string::npos);
+  const std::string hash_mask = scratch().path("hash.mask.json");
+  {
+    std::string m = read_file(mask);
+    const size_t at = m.find("\"pruned\"");
+    const size_t open = m.find('[', m.find('[', at) + 1);  // layer 0's list
+    m.insert(open + 1, "1");
+    std::ofstream(hash_mask) << m;
+  }
+  auto bad = gguf("quantize " + kDemo + " " + scratch().path("bad.gguf") + " --recipe keep --prune " + hash_mask);
+  EXPECT_EQ(bad.rc, 1);
+  EXPECT_NE(bad.err.find("layer 0 is hash-routed"), std::string::npos) << bad.err;
   EXPECT_NE(eval("-m " + kDemo + " --ppl /nonexistent.txt").err.find("cannot open"), std::string::npos);
 }
 
