@@ -11,7 +11,8 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: ds4-gguf prune --profile FILE (--keep-fraction F | --min-share S) [--random SEED] --out MASK\n"
-               "  writes a prune mask for `ds4 --prune-mask` / `ds4-eval --prune-mask` from an expert profile\n"
+               "  writes a prune mask for `ds4 --prune-mask` / `ds4-eval --prune-mask` (experts kept out of routing)\n"
+               "  or `ds4-gguf quantize --prune` (experts dropped from the file) from an expert profile\n"
                "  (`ds4 --expert-profile-out`): per learned-routing layer, the experts with the largest routing-weight\n"
                "  mass are kept (--keep-fraction of them, or those holding at least --min-share of the layer's mass),\n"
                "  never fewer than the experts each token uses. Hash-routed layers keep every expert. --random SEED\n"
