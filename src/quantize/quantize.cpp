@@ -81,6 +81,12 @@ std::vector<Planned> make_plan(const gguf::File& f, const Recipe& r, std::vector
   return out;
 }
 
+// Types whose ggml quantizer searches with importance weights when given some (and otherwise
+// rounds with its reference code): the block types other than Q8_0.
+bool takes_weights(GgmlType t) {
+  return t != GgmlType::Q8_0 && t != GgmlType::F32 && t != GgmlType::F16 && t != GgmlType::BF16;
+}
+
 // Importance weights of every matrix of a tensor, or empty (none needed / none in the file).
 std::vector<std::vector<float>> tensor_weights(const Planned& p, const QuantizeOptions& o, bool* from_imatrix) {
   *from_imatrix = false;
@@ -95,7 +101,7 @@ std::vector<std::vector<float>> tensor_weights(const Planned& p, const QuantizeO
       w.push_back(s ? o.imatrix->weights(t.name, s->kept_ids[static_cast<size_t>(m)], ne0, s->orig_count)
                     : o.imatrix->weights(t.name, m, ne0, nmat));
     *from_imatrix = true;
-  } else if (p.to == GgmlType::IQ2_XXS) {
+  } else if (p.to == GgmlType::IQ2_XXS || (o.uniform_weights && takes_weights(p.to))) {
     w.assign(static_cast<size_t>(nmat), std::vector<float>(static_cast<size_t>(ne0), 1.0f));
   }
   return w;

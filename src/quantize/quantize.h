@@ -5,7 +5,8 @@
 // f32 rows (any type quant::dequantize_row reads: F32, F16, BF16, Q8_0, ...) and encoded with
 // quant::quantize_rows (bit-exact with ggml's quantizers), each routed expert with its own
 // slice of the importance matrix when one is given (as llama-quantize does); IQ2_XXS without
-// an imatrix entry gets all-ones weights (what convert-hf uses, since ggml requires weights).
+// an imatrix entry gets all-ones weights (what convert-hf uses, since ggml requires weights),
+// and so does every weight-taking type with `uniform_weights`.
 // A tensor whose type does not change is copied byte for byte. As in convert-hf, a non-expert
 // matrix whose rows are not a whole number of the type's blocks is stored as F16 (noted);
 // routed experts that cannot take the type are an error.
@@ -35,6 +36,10 @@ struct QuantizeOptions {
   std::optional<Imatrix> imatrix;
   std::string imatrix_path;   // recorded in the output's metadata
   std::string reuse_path;     // "" = no reuse
+  // Tensors without imatrix weights get all-ones weights (ggml's importance-weighted search)
+  // instead of ggml's reference rounding, for every type whose quantizer takes weights (not
+  // Q8_0 / float). Off: byte-identical with llama-quantize without an imatrix.
+  bool uniform_weights = false;
   // Drop this mask's pruned experts from the file (prune_tensors.h); prune_path names it in
   // errors and is not otherwise read.
   std::optional<PruneMask> prune;

@@ -19,13 +19,15 @@ namespace {
 int usage() {
   std::fprintf(stderr,
                "usage: ds4-gguf quantize IN.gguf OUT.gguf --recipe NAME|FILE [--imatrix FILE] [--reuse OLD.gguf]\n"
-               "                         [--prune MASK] [-t N] [--quiet]\n"
+               "                         [--prune MASK] [--uniform-weights] [-t N] [--quiet]\n"
                "       ds4-gguf quantize --recipe NAME|FILE --print     print the recipe (built-ins: flash-q2, flash-q4, q8_0, keep)\n"
                "       ds4-gguf quantize IN.gguf --recipe NAME|FILE --plan  print each tensor's type under it\n"
                "  Re-quantizes IN (F32/F16/BF16/Q8_0/... tensors) into OUT under the recipe: lines 'PATTERN TYPE\n"
                "  [layers=0-2,first:N,last:N]', the last matching line wins, 'keep' copies. --imatrix: llama.cpp\n"
                "  GGUF imatrix (per expert for routed experts). --reuse: copy tensors whose source, type and\n"
                "  imatrix slice are unchanged from OLD (written by this command) instead of recomputing them.\n"
+               "  --uniform-weights: a tensor without imatrix weights is quantized with all-ones weights (ggml's\n"
+               "  weighted search) instead of ggml's reference rounding (llama-quantize without an imatrix).\n"
                "  --prune: drop the mask's pruned experts (ds4-gguf prune) from OUT; the engine runs OUT as it\n"
                "  runs IN with --prune-mask MASK (hash-routed layers are never pruned). '--recipe keep' prunes\n"
                "  without re-quantizing.\n"
@@ -36,7 +38,7 @@ int usage() {
 int cmd_quantize(int argc, char** argv) {
   std::string in, out, recipe, imatrix, reuse, prune;
   int threads = 0;
-  bool print = false, plan = false, quiet = false;
+  bool print = false, plan = false, quiet = false, uniform = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&](std::string& dst) {
@@ -61,7 +63,8 @@ int cmd_quantize(int argc, char** argv) {
         std::fprintf(stderr, "quantize: -t needs a number, got '%s'\n", v.c_str());
         return 2;
       }
-    } else if (a == "--print") print = true;
+    } else if (a == "--uniform-weights") uniform = true;
+    else if (a == "--print") print = true;
     else if (a == "--plan") plan = true;
     else if (a == "--quiet") quiet = true;
     else if (a == "-h" || a == "--help") return usage();
@@ -101,6 +104,7 @@ int cmd_quantize(int argc, char** argv) {
     o.recipe = r;
     o.threads = threads;
     o.reuse_path = reuse;
+    o.uniform_weights = uniform;
     if (!prune.empty()) {
       o.prune = ds4::quantize::read_mask(prune);
       o.prune_path = prune;

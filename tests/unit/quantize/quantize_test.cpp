@@ -170,6 +170,38 @@ TEST(Quantize, ByteIdenticalToGgmlWithImatrixPerExpert) {
   EXPECT_EQ(a.get_string("quantize.imatrix.file"), ip);
 }
 
+TEST(Quantize, UniformWeightsAreGgmlsWeightedSearchWithOnes) {
+  // --uniform-weights: every re-quantized tensor equals ggml_quantize_chunk with an all-ones
+  // importance vector (ggml ignores it for Q8_0), and differs from the reference rounding.
+  auto src = gguf::File::open(kDemo);
+  Imatrix ones;
+  for (const auto& t : src.tensors()) {
+    if (t.ne.size() < 2 || t.type == GgmlType::I32) continue;
+    ImatrixEntry e;
+    e.ne0 = static_cast<int64_t>(t.ne[0]);
+    const int64_t nmat = t.ne.size() == 3 ? static_cast<int64_t>(t.ne[2]) : 1;
+    e.sums.assign(static_cast<size_t>(e.ne0 * nmat), 1.0);
+    e.counts.assign(static_cast<size_t>(nmat), 1.0);
+    ones.entries[t.name] = e;
+  }
+  QuantizeOptions o = opts(kRecipe);
+  o.uniform_weights = true;
+  const std::string out = tmp("uniform.gguf"), plain = tmp("plain3.gguf");
+  auto rep = quantize_file(kDemo, out, o);
+  EXPECT_EQ(rep.with_imatrix, 0u);
+  expect_ggml_bytes(out, &ones, rep.quantized);
+  quantize_file(kDemo, plain, opts(kRecipe));
+  auto a = gguf::File::open(out), b = gguf::File::open(plain);
+  for (const char* n : {"blk.3.ffn_up_exps.weight", "blk.3.ffn_down_exps.weight"}) {
+    const auto* ta = a.find_tensor(n);
+    const auto* tb = b.find_tensor(n);
+    EXPECT_NE(0, std::memcmp(ta->data, tb->data, ta->n_bytes)) << n;  // Q2_K, Q4_0: weighted search
+  }
+  const auto* ga = a.find_tensor("blk.3.ffn_gate_exps.weight");  // IQ2_XXS: all ones either way
+  const auto* gb = b.find_tensor("blk.3.ffn_gate_exps.weight");
+  EXPECT_EQ(0, std::memcmp(ga->data, gb->data, ga->n_bytes));
+}
+
 TEST(Quantize, ReuseIsByteIdenticalAndRecomputesOnlyChanges) {
   const std::string old = tmp("old.gguf"), full = tmp("full.gguf"), reused = tmp("reused.gguf");
   quantize_file(kDemo, old, opts(kRecipe));
