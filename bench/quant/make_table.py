@@ -25,7 +25,22 @@ ROWS = [
     ('prune-0.5-random1', 'Q8_0, prune 50% at random (seed 1)', ''),
     ('prune-0.5-random2', 'Q8_0, prune 50% at random (seed 2)', ''),
     ('prune-0.5-random3', 'Q8_0, prune 50% at random (seed 3)', ''),
+    ('pruned-0.75', 'Q8_0, 25% by profile dropped from the file (`quantize --recipe keep --prune`)', ''),
+    ('pruned-0.5', 'Q8_0, 50% by profile dropped from the file', ''),
+    ('q2-imx-pruned-0.75', 'demo-q2 with the imatrix, 25% by profile dropped from the file', ''),
+    ('q2-imxB', 'demo-q2 with imatrix B (other books, chunks of 512)', ''),
+    ('q2-ones', 'demo-q2, no imatrix, `--uniform-weights`', ''),
 ]
+
+# Second table: KL mean per tensor class (rows) and importance-weight variant (columns).
+CLASSES = [
+    ('gateup', "experts' gate/up -> IQ2_XXS"),
+    ('gateup-q2k', "experts' gate/up -> Q2_K"),
+    ('down', "experts' down -> Q4_0"),
+    ('dense', 'attention + shared expert -> Q4_0'),
+]
+VARIANTS = [('', 'none'), ('-ones', 'ones'), ('-flat', 'flat'), ('-shuf', 'shuffled'), ('-imx', 'imatrix'),
+            ('-imxB', 'imatrix B')]
 
 
 def main():
@@ -43,6 +58,14 @@ def main():
               f"{j['top1_agreement']:.4f} |")
     j = json.load(open(p))
     print(f"\n({j['predictions']} scored predictions in {j['chunks']} chunks of {j['ctx']} tokens)")
+    print('\n| tensor class (KL mean) | ' + ' | '.join(v for _, v in VARIANTS) + ' |')
+    print('|---' * (len(VARIANTS) + 1) + '|')
+    for c, what in CLASSES:
+        cells = []
+        for v, _ in VARIANTS:
+            p = os.path.join(work, f'{prefix}{c}{v}.json')
+            cells.append(f"{json.load(open(p))['kl_mean']:.5f}" if os.path.exists(p) else '=' if v == '-ones' else '')
+        print(f'| {what} | ' + ' | '.join(cells) + ' |')
 
 
 if __name__ == '__main__':

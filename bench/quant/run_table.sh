@@ -66,3 +66,48 @@ for k in 0.75 0.5; do
   for s in 1 2 3; do ev "prune-$k-random$s" "$ref" "$work/prune-$k-random$s.json"; done
 done
 for r in down down-imx gateup gateup-imx; do ev "$r" "$work/$r.gguf"; done
+
+# The imatrix per tensor class, with controls (make_table.py's second table). Classes: the
+# routed experts' gate/up in IQ2_XXS and in Q2_K, their down in Q4_0, the dense matrices
+# (attention, shared expert) in Q4_0; everything else stays the Q8_0 reference. Variants: none
+# (ggml's reference rounding; IQ2_XXS: all-ones weights), ones (--uniform-weights: the weighted
+# search with all-ones weights), flat (the imatrix with each matrix's importances replaced by
+# their mean), shuf (each matrix's importances permuted at random), imx (the imatrix above),
+# imxB (a second imatrix: other training-side books, Ruth .. Philippians, 400 chunks of 512
+# tokens as llama-imatrix's default context).
+awk '/^Ruth 1$/{p=1} /^Colossians 1$/{exit} p' "$work/kjv.txt" >"$work/calibB.txt"
+"$bin/ds4" -m "$ref" -t "$T" --imatrix-data "$work/calibB.txt" --imatrix-chunk 512 --imatrix-max-chunks 400 \
+  --imatrix-checkpoint 0 --imatrix-out "$work/calibB.imatrix.gguf"
+python3 "$here/imatrix_control.py" flat "$work/calib.imatrix.gguf" "$work/flat.imatrix.gguf"
+python3 "$here/imatrix_control.py" shuffle "$work/calib.imatrix.gguf" "$work/shuf.imatrix.gguf"
+printf '* keep\nblk.*.ffn_gate_exps.weight q2_K\nblk.*.ffn_up_exps.weight q2_K\n' >"$work/gateup-q2k.recipe"
+printf '* keep\n' >"$work/dense.recipe"
+for t in attn_q_a attn_q_b attn_kv attn_output_a attn_output_b ffn_gate_shexp ffn_up_shexp ffn_down_shexp; do
+  printf 'blk.*.%s.weight q4_0\n' $t >>"$work/dense.recipe"
+done
+for r in gateup gateup-q2k down dense; do
+  qv() { "$bin/ds4-gguf" quantize "$ref" "$work/$r-$1.gguf" --recipe "$work/$r.recipe" -t "$T" --quiet "${@:2}"; }
+  [ -f "$work/$r.gguf" ] || "$bin/ds4-gguf" quantize "$ref" "$work/$r.gguf" --recipe "$work/$r.recipe" -t "$T" --quiet
+  [ -f "$work/$r-imx.gguf" ] || qv imx --imatrix "$work/calib.imatrix.gguf"
+  qv ones --uniform-weights
+  qv flat --imatrix "$work/flat.imatrix.gguf"
+  qv shuf --imatrix "$work/shuf.imatrix.gguf"
+  qv imxB --imatrix "$work/calibB.imatrix.gguf"
+  for v in "" -imx -ones -flat -shuf -imxB; do
+    [ "$r$v" = down -o "$r$v" = down-imx -o "$r$v" = gateup -o "$r$v" = gateup-imx ] || ev "$r$v" "$work/$r$v.gguf"
+  done
+done
+"$bin/ds4-gguf" quantize "$ref" "$work/q2-imxB.gguf" --recipe "$here/demo-q2.recipe" -t "$T" --quiet \
+  --imatrix "$work/calibB.imatrix.gguf"
+"$bin/ds4-gguf" quantize "$ref" "$work/q2-ones.gguf" --recipe "$here/demo-q2.recipe" -t "$T" --quiet --uniform-weights
+ev q2-imxB "$work/q2-imxB.gguf"
+ev q2-ones "$work/q2-ones.gguf"
+
+# Pruned experts dropped from the file (quantize --prune): the same logits as the masks above.
+for k in 0.75 0.5; do
+  "$bin/ds4-gguf" quantize "$ref" "$work/pruned-$k.gguf" --recipe keep --prune "$work/prune-$k.json" --quiet
+  ev "pruned-$k" "$work/pruned-$k.gguf"
+done
+"$bin/ds4-gguf" quantize "$ref" "$work/q2-imx-pruned-0.75.gguf" --recipe "$here/demo-q2.recipe" -t "$T" --quiet \
+  --imatrix "$work/calib.imatrix.gguf" --prune "$work/prune-0.75.json"
+ev q2-imx-pruned-0.75 "$work/q2-imx-pruned-0.75.gguf"
