@@ -138,7 +138,14 @@ void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp,
                        rows * static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
   bool freed = false;
   uint64_t slot_bytes = 0;
-  if (file.find_tensor(stream::expert_tensor_name(0, 0))) {
+  if (file.find_tensor(stream::expert_tensor_name(0, 0)) && hp.experts_pruned()) {
+    // Experts dropped per layer (ds4-gguf quantize --prune): the streaming layout has one expert
+    // count for all layers, so such a file is planned resident (its experts are in weights_bytes).
+    if (o.ssd_streaming)
+      fail("{}: --ssd-streaming: experts were pruned per layer in this file (deepseek4.expert_count_per_layer); "
+           "streaming needs one expert count for all layers: stream the unpruned file with --prune-mask instead",
+           file.path());
+  } else if (file.find_tensor(stream::expert_tensor_name(0, 0))) {
     const stream::ExpertLayout layout = stream::ExpertLayout::from_gguf(file);
     slot_bytes = layout.max_expert_bytes();
     need.expert_bytes = layout.total_bytes();
