@@ -100,3 +100,39 @@ test('a growing conversation prefills only its new suffix; greedy output repeats
     await srv.stop();
   }
 });
+
+test('rewind through the server is exact: logprobs after a rewind equal a fresh evaluation bit for bit', async () => {
+  // Two prompts that share a long prefix and then differ, so the second request rewinds the
+  // live session (its DeltaNet state comes from a checkpoint plus re-evaluation) instead of
+  // starting over. Its greedy tokens' logprobs (the chosen token and the top 5, from the whole
+  // softmax) must equal those of a fresh server that evaluates the second prompt from nothing.
+  const base = 'Tell me something about the sea and the sky. '.repeat(10);
+  const first = [{ role: 'user', content: `${base}First, the mountains of the north.` }];
+  const second = [{ role: 'user', content: `${base}Then, the rivers of the south.` }];
+  const opts = { max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 5,
+    chat_template_kwargs: { enable_thinking: false } };
+  const a = await startServer();
+  let rewound;
+  try {
+    const r1 = await chat(a, first, opts);
+    assert.equal(r1.status, 200, r1.body);
+    rewound = await chat(a, second, opts);
+    assert.equal(rewound.status, 200, rewound.body);
+    const cached = rewound.json.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached > 0 && cached < rewound.json.usage.prompt_tokens,
+      `expected a partial reuse (a rewind), got ${cached} of ${rewound.json.usage.prompt_tokens}`);
+  } finally {
+    await a.stop();
+  }
+  const b = await startServer();
+  try {
+    const fresh = await chat(b, second, opts);
+    assert.equal(fresh.status, 200, fresh.body);
+    assert.equal(fresh.json.usage.prompt_tokens_details.cached_tokens ?? 0, 0);
+    const lp = (r) => r.json.choices[0].logprobs.content;
+    assert.ok(lp(fresh).length > 0);
+    assert.deepEqual(lp(rewound), lp(fresh));
+  } finally {
+    await b.stop();
+  }
+});
