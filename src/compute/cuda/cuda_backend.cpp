@@ -14,7 +14,6 @@
 #include <cstring>
 #include <iterator>
 #include <map>
-#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -148,6 +147,7 @@ class CudaBackend final : public Backend {
   void launch_step(StepGraph& g, int64_t pos, int32_t token);
   void drop_step_graph(StepGraph& g) noexcept;
   bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
+  bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
   bool rec_ = false;                     // recording a step now
   int64_t rec_pos_ = 0;
   int32_t rec_token_ = 0;
@@ -175,6 +175,12 @@ class CudaBackend final : public Backend {
   // Bytes of registered weights from p to the end of its region (0 when unregistered).
   size_t weight_tail(const void* p) const;
   cuda::DevMatrix dev_matrix(const Matrix& m, const char* op, const char* arg) const;
+  // hc_pre's scale and base on the device (post/comb both null: the head); fails when missing.
+  struct HcWeights {
+    const float* scale;
+    const float* base;
+  };
+  HcWeights hc_weights(const HcParams& p, const float* post, const float* comb) const;
   cuda::DevExperts dev_experts(const ExpertSet& e, const char* op, const char* arg) const;
   const double* dev_freqs(std::span<const double> f);
   void sync_and_check(const char* what);
@@ -270,6 +276,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   hoststat_ = hs && *hs && std::strcmp(hs, "0") != 0;
   const char* gr = std::getenv("DS4_CUDA_GRAPHS");
   graphs_ = (!prof_ || prof_graph_) && !(gr && std::strcmp(gr, "0") == 0);
+  const char* fh = std::getenv("DS4_CUDA_FUSE_HC");
+  fuse_hc_ = !(fh && std::strcmp(fh, "0") == 0);
   check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
   check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
@@ -700,39 +708,34 @@ void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows
     cuda::embed(table.type, t.data, t.n_in, t.n_out, t.row_stride, tokens, rows, copies, X, d_err_, stream_);
 }
 
-void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
-                         float* comb) {
-  Prof prof(this, post ? "hc_pre" : "hc_pre head");
+CudaBackend::HcWeights CudaBackend::hc_weights(const HcParams& p, const float* post, const float* comb) const {
   const bool head = post == nullptr;
   if (head != (comb == nullptr)) fail("CUDA hc_pre: post and comb must both be given or both be null");
   const int n_mix = head ? p.n_hc : (2 + p.n_hc) * p.n_hc;
-  const float* scale = weight_f(p.scale, head ? 1 : 3, "hc_pre", "scale");
-  const float* base = weight_f(p.base, n_mix, "hc_pre", "base");
-  if (!scale || !base) fail("CUDA hc_pre: scale and base are required");
-  cuda::hc_pre(X, mix, rows, p.n_hc, p.n, scale, base, p.sinkhorn_iters, p.hc_eps, p.rms_eps, x_in, post, comb,
+  HcWeights w{weight_f(p.scale, head ? 1 : 3, "hc_pre", "scale"), weight_f(p.base, n_mix, "hc_pre", "base")};
+  if (!w.scale || !w.base) fail("CUDA hc_pre: scale and base are required");
+  return w;
+}
+
+void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
+                         float* comb) {
+  Prof prof(this, post ? "hc_pre" : "hc_pre head");
+  const HcWeights w = hc_weights(p, post, comb);
+  cuda::hc_pre(X, mix, rows, p.n_hc, p.n, w.scale, w.base, p.sinkhorn_iters, p.hc_eps, p.rms_eps, x_in, post, comb,
                stream_);
 }
 
 void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                               const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
-  static const bool fuse = [] {
-    const char* e = std::getenv("DS4_CUDA_FUSE_HC");
-    return !(e && std::string_view(e) == "0");
-  }();
   const int wtype = fn.type == GgmlType::F32 ? 0 : fn.type == GgmlType::F16 ? 1 : fn.type == GgmlType::BF16 ? 2 : -1;
-  if (fuse && rows == 1 && wtype >= 0 && (post == nullptr) == (comb == nullptr)) {
+  if (fuse_hc_ && rows == 1 && wtype >= 0) {
     Prof prof(this, post ? "hc_pre fused" : "hc_pre fused head");
-    const bool head = post == nullptr;
-    const int n_mix = head ? p.n_hc : (2 + p.n_hc) * p.n_hc;
-    const float* scale = weight_f(p.scale, head ? 1 : 3, "hc_pre", "scale");
-    const float* base = weight_f(p.base, n_mix, "hc_pre", "base");
+    const HcWeights w = hc_weights(p, post, comb);
     const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
-    if (scale && base) {
-      const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
-      if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, scale, base,
-                             p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, stream_))
-        return;
-    }
+    const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
+    if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
+                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, stream_))
+      return;
   }
   Backend::hc_pre_norm(fn, X, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);
 }

@@ -11,6 +11,7 @@
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
+#include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
 
 namespace ds4::cuda {
@@ -66,19 +67,26 @@ __device__ inline double thread_sumsq(const float* x, int64_t n) {
   return ss;
 }
 
-__global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+// 1 / sqrt(mean(x^2) + eps) of one row, the mean in double; the whole block calls it and gets it.
+// The partition (thread t sums x[t + k*blockDim.x]) depends on the block size.
+__device__ float block_inv_rms(const float* x, int64_t n, float eps) {
   __shared__ double sh[32];
-  const float* xr = x + blockIdx.x * n;
-  float* yr = y + blockIdx.x * n;
-  double ss = thread_sumsq(xr, n);
-  ss = block_sum(ss, sh);
-  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
-  // Each thread rewrites only the elements it reads, so y may alias x.
+  const double ss = block_sum(thread_sumsq(x, n), sh);
+  return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
+}
+
+// y = x * inv (* w): each thread rewrites only the elements thread_sumsq gave it, so y may alias x.
+__device__ void rms_store(const float* x, const float* w, int64_t n, float inv, float* y) {
   if (w) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
   } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * inv;
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv;
   }
+}
+
+__global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  const float* xr = x + blockIdx.x * n;
+  rms_store(xr, w, n, block_inv_rms(xr, n, eps), y + blockIdx.x * n);
 }
 
 // ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
@@ -367,24 +375,19 @@ __device__ void hc_split_mix_warp(const float* mix, const float* scale, const fl
 
 constexpr int kMaxHc = 16;
 
-// One block per row: RMS of all streams (double), scale the mixes in place, split them (one
-// thread: n_hc is small), then x_in = sum_s pre[s] X[s] in stream order.
-__global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const float* scale, const float* base,
-                         int iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb) {
-  __shared__ double sh[32];
+// hc_pre of one row by the whole block: the streams' RMS (double), the mixes scaled in place
+// (m: read through L2, another block may have written them), the split (warp Sinkhorn when
+// n_hc*n_hc <= 32, else one thread; the head: pre only), post/comb stored unless the head, then
+// xo = sum_s pre[s] X[s] in stream order. Xr and xo may be global or shared memory.
+__device__ void hc_pre_row(const float* Xr, int n_hc, int64_t n, float* m, const float* scale, const float* base,
+                           int iters, float hc_eps, float rms_eps, float* xo, float* post, float* comb) {
   __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
   __shared__ float pre[kMaxHc], post_sh[kMaxHc], comb_sh[kMaxHc * kMaxHc];
-  const int64_t r = blockIdx.x;
-  const int64_t width = n_hc * n;
   const bool head = post == nullptr;
   const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
-  const float* Xr = X + r * width;
-  float* m = mix + r * n_mix;
-  double ss = thread_sumsq(Xr, width);
-  ss = block_sum(ss, sh);
-  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(width) + static_cast<double>(rms_eps)));
+  const float inv = block_inv_rms(Xr, n_hc * n, rms_eps);
   for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
-    const float v = m[k] * inv;
+    const float v = __ldcg(m + k) * inv;
     m[k] = v;
     m_sh[k] = v;
   }
@@ -404,10 +407,9 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
   }
   __syncthreads();
   if (!head) {
-    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[r * n_hc + k] = post_sh[k];
-    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[r * n_hc * n_hc + k] = comb_sh[k];
+    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[k] = post_sh[k];
+    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[k] = comb_sh[k];
   }
-  float* xo = x_in + r * n;
   const int64_t step = blockDim.x;
   for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * step) {
     float acc[4] = {0, 0, 0, 0};
@@ -422,6 +424,16 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
     for (int u = 0; u < 4; ++u)
       if (i0 + u * step < n) xo[i0 + u * step] = acc[u];
   }
+}
+
+// One block per row.
+__global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const float* scale, const float* base,
+                         int iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb) {
+  const int64_t r = blockIdx.x;
+  const bool head = post == nullptr;
+  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
+  hc_pre_row(X + r * n_hc * n, n_hc, n, mix + r * n_mix, scale, base, iters, hc_eps, rms_eps, x_in + r * n,
+             head ? nullptr : post + r * n_hc, head ? nullptr : comb + r * n_hc * n_hc);
 }
 
 // hc_pre_norm for one row, fused (backend.h): block b < n_mix stages X and weight row b of fn in
@@ -447,9 +459,6 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t
                                                        float norm_eps, float* mix, float* x_in, float* post,
                                                        float* comb) {
   extern __shared__ uint4 hsm4[];
-  __shared__ double sh[32];
-  __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
-  __shared__ float pre[kMaxHc], post_sh[kMaxHc], comb_sh[kMaxHc * kMaxHc];
   __shared__ bool last;
   constexpr int kES = kWType == 0 ? 4 : 2;
   const int width = n_hc * static_cast<int>(n);
@@ -480,61 +489,12 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t
   __syncthreads();
   if (!last) return;
   __threadfence();
-  const bool head = post == nullptr;
-  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
-  double ss = thread_sumsq(xs, width);
-  ss = block_sum(ss, sh);
-  const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(width) + static_cast<double>(rms_eps)));
-  for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
-    const float v = __ldcg(mix + k) * inv;
-    mix[k] = v;
-    m_sh[k] = v;
-  }
-  __syncthreads();
   if (threadIdx.x == 0) g_hc_done = 0;  // for the next launch (stream order: it starts after this one)
-  if (head) {
-    if (threadIdx.x < n_hc) {
-      const int i = threadIdx.x;
-      pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
-    }
-  } else if (threadIdx.x < 32) {
-    if (n_hc == 4) hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-    else hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-  }
-  __syncthreads();
-  if (!head) {
-    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[k] = post_sh[k];
-    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[k] = comb_sh[k];
-  }
-  // x_in as k_hc_pre forms it, kept in shared memory (the staged weight row is no longer read).
-  float* xi = reinterpret_cast<float*>(ws);
-  const int64_t step = blockDim.x;
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * step) {
-    float acc[4] = {0, 0, 0, 0};
-    for (int s2 = 0; s2 < n_hc; ++s2) {
-      float v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = i0 + u * step < n ? xs[s2 * n + i0 + u * step] : 0.0f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) acc[u] += pre[s2] * v[u];
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (i0 + u * step < n) xi[i0 + u * step] = acc[u];
-  }
-  if (!norm) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i];
-    return;
-  }
-  // rms_norm as k_rms_norm: each thread reads back only what it wrote above, then the block sum.
-  double ss2 = thread_sumsq(xi, n);
-  ss2 = block_sum(ss2, sh);
-  const float inv2 = static_cast<float>(1.0 / sqrt(ss2 / static_cast<double>(n) + static_cast<double>(norm_eps)));
-  if (norm_w) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i] * inv2 * norm_w[i];
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) x_in[i] = xi[i] * inv2;
-  }
+  // With the norm, x_in is formed in shared memory first (over the staged weight row, no longer
+  // read); each thread then reads back only its own elements for the norm.
+  float* xi = norm ? reinterpret_cast<float*>(ws) : x_in;
+  hc_pre_row(xs, n_hc, n, mix, scale, base, iters, hc_eps, rms_eps, xi, post, comb);
+  if (norm) rms_store(xi, norm_w, n, block_inv_rms(xi, n, norm_eps), x_in);
 }
 
 __global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
@@ -682,17 +642,14 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
   const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
   const size_t es = wtype == 0 ? 4 : 2;
   const size_t smem = static_cast<size_t>(width) * (4 + es);
-  if (n_hc < 1 || n_hc > kMaxHc || (!head && n_hc * n_hc > 32) || fn_in != width || fn_out != n_mix ||
-      width % 32 != 0 || 4 * n > width * static_cast<int64_t>(es) || smem > 200 * 1024 || reinterpret_cast<uintptr_t>(fn) % 16 != 0 ||
-      fn_stride % 16 != 0 || reinterpret_cast<uintptr_t>(X) % 16 != 0)
-    return false;
+  const bool shape_ok = n_hc >= 1 && n_hc <= kMaxHc && (head || n_hc * n_hc <= 32) && fn_in == width &&
+                        fn_out == n_mix && width % 32 == 0 && 4 * n <= width * static_cast<int64_t>(es) &&
+                        smem <= 200 * 1024;
+  const bool aligned = reinterpret_cast<uintptr_t>(fn) % 16 == 0 && fn_stride % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(X) % 16 == 0;
+  if (!shape_ok || !aligned) return false;
   auto launch = [&](auto kernel) {
-    static bool opted = false;  // per instantiation
-    if (!opted) {
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024),
-            "cudaFuncSetAttribute (hc_pre fused)");
-      opted = true;
-    }
+    gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
     kernel<<<static_cast<unsigned>(n_mix), 1024, smem, s>>>(fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
                                                            hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post,
                                                            comb);

@@ -528,6 +528,12 @@ void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64
   check_launch("matmul (warp rows)");
 }
 
+// DS4_CUDA_STAGED_GEMV (A/B): the staged kernels for one activation row too.
+bool staged_gemv_only() {
+  static const bool on = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;
+  return on;
+}
+
 template <class W>
 void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_rows, cudaStream_t s) {
   launch_wmatmul_rows<W>(&w, &y, 1, group_rows, aq, s);
@@ -565,7 +571,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     return;
   }
   const ActF af{x, x_stride};
-  static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;  // A/B
+  const bool staged_only = staged_gemv_only();
   // Few long rows (the hyper-connection mixes: 24 x 16384) leave a warp per row latency-bound
   // on its serial chains: the staged kernel is faster there (measured on the H200).
   if (rows == 1 && !staged_only && w.n_out >= 1024) {
@@ -619,7 +625,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
 void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
                  cudaStream_t stream) {
   if (count <= 0) return;
-  static const bool staged_only = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;
+  const bool staged_only = staged_gemv_only();
   for (int i = 1; i < count; ++i)
     if (ws[i].n_in != ws[0].n_in) fail("CUDA matmul_many: matrices of {} and {} inputs", ws[0].n_in, ws[i].n_in);
   // One-row Q8_0 products that the warp kernel takes share one quantization and one launch;
