@@ -9,6 +9,7 @@
 
 #include "compute/backends.h"
 #include "core/error.h"
+#include "core/human_bytes.h"
 #include "ds4/session.h"
 #include "gguf/gguf.h"
 #include "session/checkpoint.h"
@@ -68,13 +69,6 @@ uint64_t model_identity_hash(const gguf::File& file) {
 namespace {
 
 constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_length
-
-std::string human_bytes(uint64_t b) {
-  if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", static_cast<double>(b) / (1ull << 30));
-  if (b >= (1ull << 20)) return fmt::format("{:.2f} MiB", static_cast<double>(b) / (1ull << 20));
-  if (b >= (1ull << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(b) / (1ull << 10));
-  return fmt::format("{} B", b);
-}
 
 MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, int64_t n_ctx) {
   MemoryPlan p;
@@ -138,14 +132,15 @@ void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp,
                        rows * static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
   bool freed = false;
   uint64_t slot_bytes = 0;
-  if (file.find_tensor(stream::expert_tensor_name(0, 0)) && hp.experts_pruned()) {
+  const bool has_experts = file.find_tensor(stream::expert_tensor_name(0, 0)) != nullptr;
+  if (has_experts && hp.experts_pruned()) {
     // Experts dropped per layer (ds4-gguf quantize --prune): the streaming layout has one expert
     // count for all layers, so such a file is planned resident (its experts are in weights_bytes).
     if (o.ssd_streaming)
       fail("{}: --ssd-streaming: experts were pruned per layer in this file (deepseek4.expert_count_per_layer); "
            "streaming needs one expert count for all layers: stream the unpruned file with --prune-mask instead",
            file.path());
-  } else if (file.find_tensor(stream::expert_tensor_name(0, 0))) {
+  } else if (has_experts) {
     const stream::ExpertLayout layout = stream::ExpertLayout::from_gguf(file);
     slot_bytes = layout.max_expert_bytes();
     need.expert_bytes = layout.total_bytes();

@@ -7,21 +7,17 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/human_bytes.h"
 
 namespace ds4::stream {
-
-std::string gib(uint64_t bytes) {
-  if (bytes < (1ull << 30)) return fmt::format("{:.1f} MiB", static_cast<double>(bytes) / (1ull << 20));
-  return fmt::format("{:.2f} GiB", static_cast<double>(bytes) / (1ull << 30));
-}
 
 ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& req) {
   const uint64_t resident_need = need.weights_bytes + need.session_bytes + need.scratch_bytes + req.reserve_bytes;
   const uint64_t avail = req.available_bytes;
-  const std::string figures =
-      fmt::format("weights {} + session {} + scratch {} + reserve {} = {}; available {}", gib(need.weights_bytes),
-                  gib(need.session_bytes), gib(need.scratch_bytes), gib(req.reserve_bytes), gib(resident_need),
-                  gib(avail));
+  const std::string figures = fmt::format(
+      "weights {} + session {} + scratch {} + reserve {} = {}; available {}", human_bytes(need.weights_bytes),
+      human_bytes(need.session_bytes), human_bytes(need.scratch_bytes), human_bytes(req.reserve_bytes),
+      human_bytes(resident_need), human_bytes(avail));
   ResidencyPlan p;
   if (req.mode == Residency::Resident) {
     if (req.experts_freed)
@@ -39,15 +35,15 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
     fail("the model does not fit ({}) and has no routed experts that could be streamed", figures);
   // Streaming: everything but the experts stays, plus one cache.
   p.stream = true;
-  const uint64_t fixed = need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes) + need.session_bytes +
-                         need.scratch_bytes + req.reserve_bytes;
+  const uint64_t non_expert = need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes);
+  const uint64_t fixed = non_expert + need.session_bytes + need.scratch_bytes + req.reserve_bytes;
   const char* why = req.mode == Residency::Streaming ? "--ssd-streaming"
                     : req.experts_freed              ? "the experts live in the packed file"
                                                      : "the model does not fit resident";
   if (req.host_budget > 0) {
     p.host_cache_bytes = req.host_budget;
     p.describe = fmt::format("residency         streaming ({}): host cache {} as given; non-expert part {}, available {}",
-                             why, gib(req.host_budget), gib(fixed), gib(avail));
+                             why, human_bytes(req.host_budget), human_bytes(fixed), human_bytes(avail));
     return p;
   }
   const uint64_t left = avail > fixed ? avail - fixed : 0;
@@ -55,12 +51,12 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
   if (cache < need.token_working_set)
     fail("not enough memory to run this model ({}): non-expert weights {} + session {} + scratch {} + reserve {} "
          "leave {} of {} available for the expert cache, below one token's experts ({})",
-         why, gib(need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes)), gib(need.session_bytes),
-         gib(need.scratch_bytes), gib(req.reserve_bytes), gib(left), gib(avail), gib(need.token_working_set));
+         why, human_bytes(non_expert), human_bytes(need.session_bytes), human_bytes(need.scratch_bytes),
+         human_bytes(req.reserve_bytes), human_bytes(left), human_bytes(avail), human_bytes(need.token_working_set));
   p.host_cache_bytes = cache;
   p.describe = fmt::format(
       "residency         streaming ({}): host cache {} of {} experts, sized from {} available minus {} for the rest",
-      why, gib(cache), gib(need.expert_bytes), gib(avail), gib(fixed));
+      why, human_bytes(cache), human_bytes(need.expert_bytes), human_bytes(avail), human_bytes(fixed));
   return p;
 }
 

@@ -42,7 +42,4 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
 // MemAvailable from /proc/meminfo (bytes); 0 when it cannot be read.
 uint64_t host_available_bytes();
 
-// "1.50 GiB" / "4.8 MiB"-style figure used in the plan's messages.
-std::string gib(uint64_t bytes);
-
 }  // namespace ds4::stream
