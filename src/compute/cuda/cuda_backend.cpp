@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   void drop_step_graph(StepGraph& g) noexcept;
   bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
   bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
+  bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
   bool rec_ = false;                     // recording a step now
   int64_t rec_pos_ = 0;
   int32_t rec_token_ = 0;
@@ -278,6 +279,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   graphs_ = (!prof_ || prof_graph_) && !(gr && std::strcmp(gr, "0") == 0);
   const char* fh = std::getenv("DS4_CUDA_FUSE_HC");
   fuse_hc_ = !(fh && std::strcmp(fh, "0") == 0);
+  const char* ho = std::getenv("DS4_CUDA_HC_OVERLAP");
+  hc_overlap_ = ho && std::strcmp(ho, "1") == 0;
   check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
   check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
@@ -734,7 +737,8 @@ void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int6
     const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
     const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
     if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
-                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, stream_))
+                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, hc_overlap_,
+                           stream_))
       return;
   }
   Backend::hc_pre_norm(fn, X, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);

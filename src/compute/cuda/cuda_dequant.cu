@@ -1,8 +1,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_dequant.h"
 #include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
 #include "core/error.h"
 
@@ -15,6 +17,7 @@ __device__ inline float h2f(uint16_t h) { return __half2float(__ushort_as_half(h
 
 // One thread per 32-weight block; layout {f16 d; i8 q[32]} (spec §4).
 __global__ void dequant_q8_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+  pdl_begin();
   int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (b >= n_blocks) return;
   const uint8_t* blk = src + b * 34;
@@ -25,6 +28,7 @@ __global__ void dequant_q8_0(const uint8_t* src, float* dst, int64_t n_blocks) {
 
 // One thread per 256-weight super-block; {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin}.
 __global__ void dequant_q2_K(const uint8_t* src, float* dst, int64_t n_blocks) {
+  pdl_begin();
   int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (b >= n_blocks) return;
   const uint8_t* blk = src + b * 84;
@@ -44,6 +48,7 @@ __global__ void dequant_q2_K(const uint8_t* src, float* dst, int64_t n_blocks) {
 
 // One thread per 256-weight super-block; {f16 d; f16 dmin; u8 scales[12]; u8 qs[128]}.
 __global__ void dequant_q4_K(const uint8_t* src, float* dst, int64_t n_blocks) {
+  pdl_begin();
   int64_t b = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (b >= n_blocks) return;
   const uint8_t* blk = src + b * 144;
@@ -74,6 +79,7 @@ __global__ void dequant_q4_K(const uint8_t* src, float* dst, int64_t n_blocks) {
 // float_acts GEMV path uses.
 template <class F>
 __global__ void dequant_ext(const uint8_t* src, float* dst, int64_t n_groups) {
+  pdl_begin();
   const int64_t gi = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (gi >= n_groups) return;
   constexpr int kG = F::kBE / 32;
@@ -86,6 +92,7 @@ __global__ void dequant_ext(const uint8_t* src, float* dst, int64_t n_groups) {
 template <class F>
 __global__ void embed_ext_rows(const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
                                const int32_t* tokens, int copies, float* X, int* err) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const int32_t tok = tokens[t];
   if (tok < 0 || tok >= n_rows) {
@@ -113,7 +120,7 @@ void embed_ext(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows
   const bool ok = gemv_detail::with_ext_format(type, [&](auto fmt) {
     using F = decltype(fmt);
     if (n_in % F::kBE != 0) fail("CUDA embed: row of {} is not whole {} blocks", n_in, traits(type).name);
-    embed_ext_rows<F><<<static_cast<unsigned>(rows), 128, 0, s>>>(table, n_in, n_rows, row_stride, tokens, copies, X, err);
+    launch(embed_ext_rows<F>, static_cast<unsigned>(rows), 128, 0, s, table, n_in, n_rows, row_stride, tokens, copies, X, err);
     check_launch("embed (further formats)");
   });
   if (!ok) fail("CUDA embed: table type {} is not supported", traits(type).name);

@@ -48,6 +48,8 @@ struct DevCount {
 void check(cudaError_t e, const char* what);
 // After a launch: throws naming the kernel when the launch failed.
 void check_launch(const char* kernel);
+// Blocks of `threads` covering n elements (at least one); throws beyond one grid's x range.
+unsigned grid_for(int64_t n, int threads);
 
 // ---- element-wise and small ops (cuda_ops_misc.cu) ------------------------------------------
 void fill(float* x, int64_t n, float value, cudaStream_t s);
@@ -65,16 +67,18 @@ void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit
 // table: device rows of n_in elements (F32, F16, BF16, Q8_0, Q2_K, Q4_K).
 void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
            const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s);
+// ---- hyper-connections (cuda_ops_hc.cu) ------------------------------------------------------
 // post/comb null: the output head (n_mix = n_hc, pre only).
 void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const float* scale, const float* base,
             int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s);
 // One row of Backend::hc_pre_norm in one kernel: fn (device rows of fn_in elements, wtype 0 F32,
 // 1 F16, 2 BF16) times X, hc_pre, then the norm. Returns false (nothing launched) for shapes it
-// does not take (the caller runs the separate ops).
+// does not take (the caller runs the separate ops). overlap: the variant whose staging is
+// asynchronous and whose Sinkhorn runs beside x_in and the norm (cuda_ops_hc.cu).
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, cudaStream_t s);
+                  float* comb, bool overlap, cudaStream_t s);
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
              float* Xout, cudaStream_t s);
 // ape: device rows (row_stride bytes apart) of a float type (F32, F16, BF16), at least width

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_ops.h"
@@ -87,6 +88,7 @@ constexpr int kAttnRows = 1;   // rows per block in the scores kernel (one laten
 // S has rows of kv.max_rows (the stride); only the first span.total of each are written.
 __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, float scale, float* S,
                               int* err) {
+  pdl_begin();
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
   if (h >= n_heads) return;  // whole warp
   const AttnSpan sp = attn_span(kv);
@@ -103,6 +105,7 @@ __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim,
 // shared memory in chunks (a dependent chain: each step must be a shared-memory load).
 constexpr int kSoftChunk = 4096;
 __global__ void k_attn_softmax(float* S, AttnRows kv, const float* sinks, float* inv) {
+  pdl_begin();
   __shared__ float red[32];
   __shared__ float m_sh;
   __shared__ float e_sh[kSoftChunk];
@@ -146,6 +149,7 @@ __global__ void k_attn_softmax(float* S, AttnRows kv, const float* sinks, float*
 constexpr int kOutStage = 1024, kOutAhead = 32;
 __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, const float* inv, int64_t n_heads,
                                                               int64_t head_dim, AttnRows kv, float* out, int* err) {
+  pdl_begin();
   __shared__ const float* rows_sh[kOutStage];
   __shared__ float e_sh[kAttnHeads][kOutStage];
   const int hl = threadIdx.x >> 5;
@@ -202,6 +206,7 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
 
 __global__ void k_indexer(const float* q, const float* w, float scale, int n_heads, int64_t head_dim,
                           const float* keys, DevCount n_keys_at, float* scores) {
+  pdl_begin();
   const int64_t n_keys = n_keys_at.get();
   extern __shared__ float sh[];  // [n_heads*head_dim] q, [n_heads] w*scale
   float* qs = sh;
@@ -259,6 +264,7 @@ __device__ inline int block_exclusive_scan(int v, int* warp_sums) {
 }
 
 __global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, DevCount count, int k, int32_t* idx) {
+  pdl_begin();
   __shared__ unsigned hist[256];
   __shared__ int warp_sums[32];
   __shared__ uint32_t prefix_sh, mask_sh;
@@ -317,6 +323,7 @@ __device__ inline bool better(float a, int ia, float b, int ib) { return a > b |
 __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_expert, int k, const float* bias,
                             const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale, int32_t* experts,
                             float* weights, int* err) {
+  pdl_begin();
   extern __shared__ float sh[];  // [E] s, [E] sel, [E] taken (as float 0/1)
   __shared__ float wv[32];
   __shared__ int wi[32];
@@ -386,12 +393,6 @@ __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_ex
   }
 }
 
-unsigned blocks_for(int64_t n, int threads) {
-  int64_t g = (n + threads - 1) / threads;
-  if (g > 0x7fffffff) fail("CUDA: {} elements exceed one grid", n);
-  return static_cast<unsigned>(std::max<int64_t>(1, g));
-}
-
 }  // namespace
 
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
@@ -408,12 +409,12 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
   float* S = reinterpret_cast<float*>(buf);
   float* inv = reinterpret_cast<float*>(buf + sb);
   const unsigned hb = static_cast<unsigned>((n_heads + kAttnHeads - 1) / kAttnHeads);
-  k_attn_scores<<<dim3(blocks_for(rows, kAttnRows), hb), 32 * kAttnHeads, 0, s>>>(q, n_heads, head_dim, kv, scale, S,
+  launch(k_attn_scores, dim3(grid_for(rows, kAttnRows), hb), 32 * kAttnHeads, 0, s, q, n_heads, head_dim, kv, scale, S,
                                                                                   err);
   check_launch("attention scores");
-  k_attn_softmax<<<static_cast<unsigned>(n_heads), 256, 0, s>>>(S, kv, sinks, inv);
+  launch(k_attn_softmax, static_cast<unsigned>(n_heads), 256, 0, s, S, kv, sinks, inv);
   check_launch("attention softmax");
-  k_attn_out<<<dim3(blocks_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s>>>(S, inv, n_heads, head_dim, kv, out, err);
+  launch(k_attn_out, dim3(grid_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kv, out, err);
   check_launch("attention output");
   block_cache().put(buf);
 }
@@ -430,6 +431,7 @@ constexpr size_t kIxShared =
 __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
                                                               const float* keys, DevCount n_keys_at,
                                                               float* scores) {
+  pdl_begin();
   const int64_t n_keys = n_keys_at.get();
   if (static_cast<int64_t>(blockIdx.x) * kIxKeys >= n_keys) return;  // whole block
   extern __shared__ float4 sh4[];
@@ -482,25 +484,25 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
             "cudaFuncSetAttribute(indexer_scores 64x128)");
       attr_set = true;
     }
-    k_indexer_flash<<<blocks_for(max_keys, kIxKeys), kIxThreads, kIxShared, s>>>(q, w, scale, keys, n_keys, scores);
+    launch(k_indexer_flash, grid_for(max_keys, kIxKeys), kIxThreads, kIxShared, s, q, w, scale, keys, n_keys, scores);
     check_launch("indexer_scores (64x128)");
     return;
   }
   const size_t shm = static_cast<size_t>(n_heads * head_dim + n_heads) * sizeof(float);
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks_for(max_keys, nw), 4096));
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(grid_for(max_keys, nw), 4096));
   if (shm > 48 * 1024)
     check(cudaFuncSetAttribute(k_indexer, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
           "cudaFuncSetAttribute(indexer_scores)");
-  k_indexer<<<grid, threads, shm, s>>>(q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys, scores);
+  launch(k_indexer, grid, threads, shm, s, q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys, scores);
   check_launch("indexer_scores");
 }
 
 void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s) {
   if (k <= 0) return;
   if (max_n > 0x7fffffff || k > max_n) fail("CUDA top_k: k = {} of at most {} scores", k, max_n);
-  k_top_k<<<1, kTopKThreads, 0, s>>>(scores, n, static_cast<int>(k), idx);
+  launch(k_top_k, 1, kTopKThreads, 0, s, scores, n, static_cast<int>(k), idx);
   check_launch("top_k");
 }
 
@@ -511,7 +513,7 @@ void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t
   if (k < 1 || k > 64 || k > n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", k, n_expert);
   const size_t shm = static_cast<size_t>(3 * n_expert) * sizeof(float);
   if (shm > 48 * 1024) fail("CUDA moe_route: {} experts exceed the kernel's shared memory", n_expert);
-  k_moe_route<<<blocks_for(rows, 1), 256, shm, s>>>(logits, tokens, static_cast<int>(n_expert), static_cast<int>(k),
+  launch(k_moe_route, grid_for(rows, 1), 256, shm, s, logits, tokens, static_cast<int>(n_expert), static_cast<int>(k),
                                                     bias, tid2eid, n_tid_rows, norm, scale, experts, weights, err);
   check_launch("moe_route");
 }

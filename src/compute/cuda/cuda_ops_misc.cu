@@ -1,15 +1,19 @@
 // Element-wise and small model-shaped kernels of the CUDA backend: fill, add, RMSNorm, RoPE,
-// the FP8 / Hadamard+FP4 roundings, SwiGLU, embedding lookup, hyper-connection pre/post and
-// the compressor's store/pool. Each kernel performs the CPU backend's float operations in the
+// the FP8 / Hadamard+FP4 roundings, SwiGLU, embedding lookup and the compressor's store/pool
+// (hyper-connections: cuda_ops_hc.cu). Each kernel performs the CPU backend's float operations in the
 // CPU's order (see cuda_util.cuh on --fmad=false), so results are bit-exact except where a
 // comment says otherwise.
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/cuda_norm.cuh"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
@@ -29,7 +33,13 @@ void check_launch(const char* kernel) {
              : " (an earlier kernel on the stream may have failed)");
 }
 
-namespace {
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DS4_CUDA_PDL");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
 
 unsigned grid_for(int64_t n, int threads) {
   int64_t g = (n + threads - 1) / threads;
@@ -37,54 +47,26 @@ unsigned grid_for(int64_t n, int threads) {
   return static_cast<unsigned>(g < 1 ? 1 : g);
 }
 
+namespace {
+
 // ---- fill / add -----------------------------------------------------------------------------
 
 __global__ void k_fill(float* x, int64_t n, float v) {
+  pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < n) x[i] = v;
 }
 
 __global__ void k_add(float* y, const float* x, int64_t n) {
+  pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < n) y[i] = y[i] + x[i];
 }
 
 // ---- RMSNorm: one block per row; sum of squares in double (exact products) -----------------
 
-// Thread t's sum of squares over x[t], x[t+B], x[t+2B], ... in that order (B = blockDim.x),
-// with eight loads issued before their adds (a plain loop waits for each load in turn).
-__device__ inline double thread_sumsq(const float* x, int64_t n) {
-  double ss = 0;
-  const int64_t step = blockDim.x;
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 8 * step) {
-    float v[8];
-#pragma unroll
-    for (int u = 0; u < 8; ++u) v[u] = i0 + u * step < n ? x[i0 + u * step] : 0.0f;
-#pragma unroll
-    for (int u = 0; u < 8; ++u)
-      if (i0 + u * step < n) ss += static_cast<double>(v[u]) * v[u];
-  }
-  return ss;
-}
-
-// 1 / sqrt(mean(x^2) + eps) of one row, the mean in double; the whole block calls it and gets it.
-// The partition (thread t sums x[t + k*blockDim.x]) depends on the block size.
-__device__ float block_inv_rms(const float* x, int64_t n, float eps) {
-  __shared__ double sh[32];
-  const double ss = block_sum(thread_sumsq(x, n), sh);
-  return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + static_cast<double>(eps)));
-}
-
-// y = x * inv (* w): each thread rewrites only the elements thread_sumsq gave it, so y may alias x.
-__device__ void rms_store(const float* x, const float* w, int64_t n, float inv, float* y) {
-  if (w) {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv * w[i];
-  } else {
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * inv;
-  }
-}
-
 __global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  pdl_begin();
   const float* xr = x + blockIdx.x * n;
   rms_store(xr, w, n, block_inv_rms(xr, n, eps), y + blockIdx.x * n);
 }
@@ -93,6 +75,7 @@ __global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps,
 
 __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int n_pairs,
                             DevPos pos0, int64_t pos_step, bool inverse) {
+  pdl_begin();
   extern __shared__ float cs[];  // [n_pairs] cos, then [n_pairs] sin
   const int64_t r = blockIdx.x;
   const double pos = static_cast<double>(pos0.get() + r * pos_step);
@@ -165,6 +148,7 @@ __device__ inline float e2m1_round(float x) {
 // 64 (FP8, two values per lane) or 32 (FP4, one per lane). The CPU's max ignores NaN
 // (std::max(amax, NaN) == amax), as fmaxf does.
 __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, float hscale) {
+  pdl_begin();
   extern __shared__ float v[];
   float* xr = x + blockIdx.x * row_len;
   for (int i = threadIdx.x; i < n_round; i += blockDim.x) v[i] = xr[i];
@@ -215,6 +199,7 @@ __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, fl
 
 __global__ void k_swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
                          float* h) {
+  pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
   float gv = g[i], uv = u[i];
@@ -270,6 +255,7 @@ __device__ inline float decode_elem(int type, const uint8_t* row, int64_t i) {
 
 __global__ void k_embed(int type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
                         const int32_t* tokens, int copies, float* X, int* err) {
+  pdl_begin();
   const int64_t t = blockIdx.x;
   const int32_t tok = tokens[t];
   if (tok < 0 || tok >= n_rows) {
@@ -284,239 +270,12 @@ __global__ void k_embed(int type, const uint8_t* table, int64_t n_in, int64_t n_
   }
 }
 
-// ---- hyper-connections ----------------------------------------------------------------------
-
-// compute::hc_split_mix, operation for operation (expf as glibc rounds it: cuda_util.cuh).
-__device__ void hc_split_mix_dev(const float* mix, const float* scale, const float* base, int n_hc, int iters,
-                                 float eps, float* pre, float* post, float* comb) {
-  auto sigmoid = [](float v) { return 1.0f / (1.0f + expf_ref(-v)); };
-  for (int i = 0; i < n_hc; ++i) {
-    pre[i] = sigmoid(mix[i] * scale[0] + base[i]) + eps;
-    post[i] = 2.0f * sigmoid(mix[n_hc + i] * scale[1] + base[n_hc + i]);
-  }
-  const int off = 2 * n_hc;
-  for (int i = 0; i < n_hc; ++i) {
-    float* row = comb + i * n_hc;
-    float mx = -INFINITY;
-    for (int j = 0; j < n_hc; ++j) {
-      row[j] = mix[off + i * n_hc + j] * scale[2] + base[off + i * n_hc + j];
-      mx = std_max(mx, row[j]);
-    }
-    float sum = 0;
-    for (int j = 0; j < n_hc; ++j) sum += row[j] = expf_ref(row[j] - mx);
-    for (int j = 0; j < n_hc; ++j) row[j] = row[j] / sum + eps;
-  }
-  auto col_norm = [&] {
-    for (int j = 0; j < n_hc; ++j) {
-      float s = 0;
-      for (int i = 0; i < n_hc; ++i) s += comb[i * n_hc + j];
-      for (int i = 0; i < n_hc; ++i) comb[i * n_hc + j] /= s + eps;
-    }
-  };
-  auto row_norm = [&] {
-    for (int i = 0; i < n_hc; ++i) {
-      float s = 0;
-      for (int j = 0; j < n_hc; ++j) s += comb[i * n_hc + j];
-      for (int j = 0; j < n_hc; ++j) comb[i * n_hc + j] /= s + eps;
-    }
-  };
-  col_norm();
-  for (int it = 1; it < iters; ++it) {
-    row_norm();
-    col_norm();
-  }
-}
-
-// The same split on one warp, lane L = i*n_hc + j holding comb[i][j] (n_hc*n_hc <= 32): each
-// row/column sum gathers its terms by shuffles and adds them in the CPU's index order, so
-// every lane performs exactly the serial version's operations for its entry.
-// N > 0: n_hc known at compile time (loops unrolled, so a sum's broadcasts issue together);
-// N == 0: n_hc_rt. The same operations in the same order either way.
-template <int N>
-__device__ void hc_split_mix_warp(const float* mix, const float* scale, const float* base, int n_hc_rt, int iters,
-                                  float eps, float* pre, float* post, float* comb) {
-  const int n_hc = N > 0 ? N : n_hc_rt;
-  const int L = threadIdx.x & 31;
-  const bool ok = L < n_hc * n_hc;
-  const int i = ok ? L / n_hc : 0, j = ok ? L % n_hc : 0;
-  if (L < n_hc) {
-    pre[L] = 1.0f / (1.0f + expf_ref(-(mix[L] * scale[0] + base[L]))) + eps;
-    post[L] = 2.0f * (1.0f / (1.0f + expf_ref(-(mix[n_hc + L] * scale[1] + base[n_hc + L]))));
-  }
-  const int off = 2 * n_hc;
-  float v = ok ? mix[off + L] * scale[2] + base[off + L] : 0.0f;
-  float mx = -INFINITY;
-  #pragma unroll
-  for (int jj = 0; jj < n_hc; ++jj) mx = std_max(mx, __shfl_sync(kFull, v, i * n_hc + jj));
-  v = expf_ref(v - mx);
-  float sum = 0;
-  #pragma unroll
-  for (int jj = 0; jj < n_hc; ++jj) sum += __shfl_sync(kFull, v, i * n_hc + jj);
-  v = v / sum + eps;
-  auto col_norm = [&] {
-    float t = 0;
-    #pragma unroll
-    for (int ii = 0; ii < n_hc; ++ii) t += __shfl_sync(kFull, v, ii * n_hc + j);
-    v /= t + eps;
-  };
-  auto row_norm = [&] {
-    float t = 0;
-    #pragma unroll
-    for (int jj = 0; jj < n_hc; ++jj) t += __shfl_sync(kFull, v, i * n_hc + jj);
-    v /= t + eps;
-  };
-  col_norm();
-  for (int it = 1; it < iters; ++it) {
-    row_norm();
-    col_norm();
-  }
-  if (ok) comb[L] = v;
-}
-
-constexpr int kMaxHc = 16;
-
-// hc_pre of one row by the whole block: the streams' RMS (double), the mixes scaled in place
-// (m: read through L2, another block may have written them), the split (warp Sinkhorn when
-// n_hc*n_hc <= 32, else one thread; the head: pre only), post/comb stored unless the head, then
-// xo = sum_s pre[s] X[s] in stream order. Xr and xo may be global or shared memory.
-__device__ void hc_pre_row(const float* Xr, int n_hc, int64_t n, float* m, const float* scale, const float* base,
-                           int iters, float hc_eps, float rms_eps, float* xo, float* post, float* comb) {
-  __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
-  __shared__ float pre[kMaxHc], post_sh[kMaxHc], comb_sh[kMaxHc * kMaxHc];
-  const bool head = post == nullptr;
-  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
-  const float inv = block_inv_rms(Xr, n_hc * n, rms_eps);
-  for (int k = threadIdx.x; k < n_mix; k += blockDim.x) {
-    const float v = __ldcg(m + k) * inv;
-    m[k] = v;
-    m_sh[k] = v;
-  }
-  __syncthreads();
-  if (head) {
-    if (threadIdx.x < n_hc) {
-      const int i = threadIdx.x;
-      pre[i] = 1.0f / (1.0f + expf_ref(-(m_sh[i] * scale[0] + base[i]))) + hc_eps;
-    }
-  } else if (n_hc * n_hc <= 32) {
-    if (threadIdx.x < 32) {
-      if (n_hc == 4) hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-      else hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-    }
-  } else if (threadIdx.x == 0) {
-    hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-  }
-  __syncthreads();
-  if (!head) {
-    for (int k = threadIdx.x; k < n_hc; k += blockDim.x) post[k] = post_sh[k];
-    for (int k = threadIdx.x; k < n_hc * n_hc; k += blockDim.x) comb[k] = comb_sh[k];
-  }
-  const int64_t step = blockDim.x;
-  for (int64_t i0 = threadIdx.x; i0 < n; i0 += 4 * step) {
-    float acc[4] = {0, 0, 0, 0};
-    for (int s = 0; s < n_hc; ++s) {
-      float v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = i0 + u * step < n ? Xr[s * n + i0 + u * step] : 0.0f;
-#pragma unroll
-      for (int u = 0; u < 4; ++u) acc[u] += pre[s] * v[u];
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (i0 + u * step < n) xo[i0 + u * step] = acc[u];
-  }
-}
-
-// One block per row.
-__global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const float* scale, const float* base,
-                         int iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb) {
-  const int64_t r = blockIdx.x;
-  const bool head = post == nullptr;
-  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
-  hc_pre_row(X + r * n_hc * n, n_hc, n, mix + r * n_mix, scale, base, iters, hc_eps, rms_eps, x_in + r * n,
-             head ? nullptr : post + r * n_hc, head ? nullptr : comb + r * n_hc * n_hc);
-}
-
-// hc_pre_norm for one row, fused (backend.h): block b < n_mix stages X and weight row b of fn in
-// shared memory and its warp 0 forms mix[b] as the CPU's float dot (32 FMA chains, lane L =
-// chain L, folded; width % 32 == 0). The last block to finish (a device counter, reset by that
-// block for the next launch) then does what k_hc_pre and k_rms_norm do, with the same 1024-thread
-// partitions and sums, from its staged X: the RMS, the split and Sinkhorn, x_in and its norm.
-// wtype: 0 F32, 1 F16, 2 BF16 weights.
-__device__ unsigned g_hc_done;
-
-template <int kWType>
-__device__ __forceinline__ float hc_welem(const uint8_t* w, int i) {
-  if constexpr (kWType == 0) return reinterpret_cast<const float*>(w)[i];
-  const uint32_t u = reinterpret_cast<const uint16_t*>(w)[i];
-  if constexpr (kWType == 1) return __half2float(__ushort_as_half(static_cast<unsigned short>(u)));
-  return __uint_as_float(u << 16);
-}
-
-template <int kWType>
-__global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc,
-                                                       int64_t n, const float* scale, const float* base, int iters,
-                                                       float hc_eps, float rms_eps, bool norm, const float* norm_w,
-                                                       float norm_eps, float* mix, float* x_in, float* post,
-                                                       float* comb) {
-  extern __shared__ uint4 hsm4[];
-  __shared__ bool last;
-  constexpr int kES = kWType == 0 ? 4 : 2;
-  const int width = n_hc * static_cast<int>(n);
-  float* xs = reinterpret_cast<float*>(hsm4);
-  uint8_t* ws = reinterpret_cast<uint8_t*>(xs + width);
-  const int b = blockIdx.x;
-  {
-    const uint4* xv = reinterpret_cast<const uint4*>(X);
-    const uint4* wv = reinterpret_cast<const uint4*>(fn + static_cast<size_t>(b) * fn_stride);
-    uint4* xd = hsm4;
-    uint4* wd = reinterpret_cast<uint4*>(ws);
-    for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);
-    for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) wd[i] = __ldg(wv + i);
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    float a = 0.0f;
-#pragma unroll 16
-    for (int i = lane; i < width; i += 32) a = fmaf(hc_welem<kWType>(ws, i), xs[i], a);
-    const float sum = warp_fold_chains(a);
-    if (lane == 0) {
-      mix[b] = sum;
-      __threadfence();
-      last = atomicAdd(&g_hc_done, 1u) == gridDim.x - 1;
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  if (threadIdx.x == 0) g_hc_done = 0;  // for the next launch (stream order: it starts after this one)
-  // With the norm, x_in is formed in shared memory first (over the staged weight row, no longer
-  // read); each thread then reads back only its own elements for the norm.
-  float* xi = norm ? reinterpret_cast<float*>(ws) : x_in;
-  hc_pre_row(xs, n_hc, n, mix, scale, base, iters, hc_eps, rms_eps, xi, post, comb);
-  if (norm) rms_store(xi, norm_w, n, block_inv_rms(xi, n, norm_eps), x_in);
-}
-
-__global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
-                          int n_hc, int64_t n, float* Xout) {
-  int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-  const int64_t per_row = n_hc * n;
-  if (t >= rows * per_row) return;
-  const int64_t r = t / per_row, rem = t % per_row;
-  const int j = static_cast<int>(rem / n);
-  const int64_t d = rem % n;
-  const float* Xr = X + r * per_row;
-  const float* cr = comb + r * n_hc * n_hc;
-  float acc = post[r * n_hc + j] * y[r * n + d];
-  for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
-  Xout[t] = acc;
-}
-
 // ---- compressor -----------------------------------------------------------------------------
 
 __global__ void k_compressor_store(int ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
                                    int64_t lanes, const float* kvp, const float* scp, int64_t width, float* kv,
                                    float* score) {
+  pdl_begin();
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= width) return;
   const int64_t row = pos.get() % ratio, slot = (lanes == 2 ? ratio : 0) + row;
@@ -526,6 +285,7 @@ __global__ void k_compressor_store(int ape_type, const uint8_t* ape, size_t ape_
 
 __global__ void k_compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, const float* y,
                                     float* rows, float* kv, float* score) {
+  pdl_begin();
   const int64_t p = pos.get();
   if ((p + 1) % ratio != 0) return;
   const int64_t half = lanes == 2 ? ratio * lanes * dim : 0;
@@ -542,6 +302,7 @@ __global__ void k_compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, in
 }
 
 __global__ void k_store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src) {
+  pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i < n) ring[(pos.get() % ring_rows) * n + i] = src[i];
 }
@@ -549,6 +310,7 @@ __global__ void k_store_row(float* ring, int64_t ring_rows, int64_t n, DevPos po
 // One thread per output column, slots in order (the CPU's order for the max, den and num).
 __global__ void k_compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                                   float* out) {
+  pdl_begin();
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= dim) return;
   const int64_t W = lanes * dim, slots = lanes * ratio;
@@ -575,19 +337,19 @@ __global__ void k_compressor_pool(const float* kv, const float* score, int64_t r
 
 void fill(float* x, int64_t n, float value, cudaStream_t s) {
   if (n <= 0) return;
-  k_fill<<<grid_for(n, 256), 256, 0, s>>>(x, n, value);
+  launch(k_fill, grid_for(n, 256), 256, 0, s, x, n, value);
   check_launch("fill");
 }
 
 void add(float* y, const float* x, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  k_add<<<grid_for(n, 256), 256, 0, s>>>(y, x, n);
+  launch(k_add, grid_for(n, 256), 256, 0, s, y, x, n);
   check_launch("add");
 }
 
 void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
-  k_rms_norm<<<grid_for(rows, 1), 1024, 0, s>>>(x, w, n, eps, y);
+  launch(k_rms_norm, grid_for(rows, 1), 1024, 0, s, x, w, n, eps, y);
   check_launch("rms_norm");
 }
 
@@ -597,7 +359,7 @@ void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const 
   const size_t sh = static_cast<size_t>(2 * n_pairs) * sizeof(float);
   const int64_t parts = std::min<int64_t>(64, (n_heads * n_pairs + 255) / 256);
   const dim3 grid(grid_for(rows, 1), static_cast<unsigned>(parts));
-  k_rope_tail<<<grid, 256, sh, s>>>(x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0, pos_step, inverse);
+  launch(k_rope_tail, grid, 256, sh, s, x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0, pos_step, inverse);
   check_launch("rope_tail");
 }
 
@@ -605,7 +367,7 @@ void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kin
   if (rows <= 0 || n_round <= 0) return;
   if (n_round > 12288) fail("CUDA act_round: {} values per row exceed the kernel's 12288", n_round);
   const float hscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_round)));
-  k_act_round<<<grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s>>>(
+  launch(k_act_round, grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s, 
       x, row_len, static_cast<int>(n_round), kind, hscale);
   check_launch("act_round");
 }
@@ -613,66 +375,23 @@ void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kin
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
             cudaStream_t s) {
   if (rows <= 0 || n <= 0) return;
-  k_swiglu<<<grid_for(rows * n, 256), 256, 0, s>>>(g, u, rows, n, limit, weights, h);
+  launch(k_swiglu, grid_for(rows * n, 256), 256, 0, s, g, u, rows, n, limit, weights, h);
   check_launch("swiglu");
 }
 
 void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
            const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s) {
   if (rows <= 0) return;
-  k_embed<<<grid_for(rows, 1), 256, 0, s>>>(static_cast<int>(type), table, n_in, n_rows, row_stride, tokens, copies,
+  launch(k_embed, grid_for(rows, 1), 256, 0, s, static_cast<int>(type), table, n_in, n_rows, row_stride, tokens, copies,
                                             X, err);
   check_launch("embed");
-}
-
-void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const float* scale, const float* base,
-            int sinkhorn_iters, float hc_eps, float rms_eps, float* x_in, float* post, float* comb, cudaStream_t s) {
-  if (rows <= 0) return;
-  if (n_hc < 1 || n_hc > kMaxHc) fail("CUDA hc_pre: n_hc {} outside 1..{}", n_hc, kMaxHc);
-  k_hc_pre<<<grid_for(rows, 1), 1024, 0, s>>>(X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
-                                             post, comb);
-  check_launch("hc_pre");
-}
-
-bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
-                  int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
-                  float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, cudaStream_t s) {
-  const bool head = post == nullptr;
-  const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
-  const size_t es = wtype == 0 ? 4 : 2;
-  const size_t smem = static_cast<size_t>(width) * (4 + es);
-  const bool shape_ok = n_hc >= 1 && n_hc <= kMaxHc && (head || n_hc * n_hc <= 32) && fn_in == width &&
-                        fn_out == n_mix && width % 32 == 0 && 4 * n <= width * static_cast<int64_t>(es) &&
-                        smem <= 200 * 1024;
-  const bool aligned = reinterpret_cast<uintptr_t>(fn) % 16 == 0 && fn_stride % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(X) % 16 == 0;
-  if (!shape_ok || !aligned) return false;
-  auto launch = [&](auto kernel) {
-    gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
-    kernel<<<static_cast<unsigned>(n_mix), 1024, smem, s>>>(fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
-                                                           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post,
-                                                           comb);
-  };
-  if (wtype == 0) launch(k_hc_pre_fused<0>);
-  else if (wtype == 1) launch(k_hc_pre_fused<1>);
-  else launch(k_hc_pre_fused<2>);
-  check_launch("hc_pre (fused with its matmul and norm)");
-  return true;
-}
-
-void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
-             float* Xout, cudaStream_t s) {
-  if (rows <= 0 || n <= 0 || n_hc <= 0) return;
-  k_hc_post<<<grid_for(rows * n_hc * n, 256), 256, 0, s>>>(y, X, post, comb, rows, n_hc, n, Xout);
-  check_launch("hc_post");
 }
 
 void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
                       int64_t lanes, const float* kvp, const float* scp, int64_t width, float* kv, float* score,
                       cudaStream_t s) {
   if (width <= 0) return;
-  k_compressor_store<<<grid_for(width, 256), 256, 0, s>>>(static_cast<int>(ape_type), ape, ape_stride, pos, ratio,
+  launch(k_compressor_store, grid_for(width, 256), 256, 0, s, static_cast<int>(ape_type), ape, ape_stride, pos, ratio,
                                                           lanes, kvp, scp, width, kv, score);
   check_launch("compressor_store");
 }
@@ -680,20 +399,20 @@ void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, 
 void compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, const float* y, float* rows, float* kv,
                        float* score, cudaStream_t s) {
   const int64_t n = dim + (lanes == 2 ? ratio * lanes * dim : 0);
-  k_compressor_commit<<<grid_for(n, 256), 256, 0, s>>>(pos, ratio, lanes, dim, y, rows, kv, score);
+  launch(k_compressor_commit, grid_for(n, 256), 256, 0, s, pos, ratio, lanes, dim, y, rows, kv, score);
   check_launch("compressor_commit");
 }
 
 void store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src, cudaStream_t s) {
   if (n <= 0) return;
-  k_store_row<<<grid_for(n, 256), 256, 0, s>>>(ring, ring_rows, n, pos, src);
+  launch(k_store_row, grid_for(n, 256), 256, 0, s, ring, ring_rows, n, pos, src);
   check_launch("store_row");
 }
 
 void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,
                      cudaStream_t s) {
   if (dim <= 0) return;
-  k_compressor_pool<<<grid_for(dim, 128), 128, 0, s>>>(kv, score, ratio, lanes, dim, out);
+  launch(k_compressor_pool, grid_for(dim, 128), 128, 0, s, kv, score, ratio, lanes, dim, out);
   check_launch("compressor_pool");
 }
 

@@ -12,6 +12,17 @@ namespace ds4::cuda {
 
 constexpr unsigned kFull = 0xffffffffu;
 
+// Programmatic dependent launch (cuda_launch.h): lets the next kernel on the stream launch now,
+// then waits until the kernels before this one have finished and their writes are visible.
+// Both are no-ops in a kernel launched without the PDL attribute. Every kernel launched
+// through cuda::launch calls it first, before it touches memory.
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
   return v;

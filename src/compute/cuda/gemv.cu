@@ -14,6 +14,7 @@
 #include <vector>
 #include <cstdint>
 
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
@@ -61,6 +62,7 @@ __device__ __forceinline__ int8_t rounded_to_i8(float v) {
 // quant::quantize_row_q8_0: one warp per 32-value block, lane j holds value j.
 __global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t rows, int64_t n, int64_t x_stride,
                                                          int8_t* qs, float* d) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t nb = n / 32;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -79,6 +81,7 @@ __global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t
 // quant::quantize_row_q8_K: one warp per 256-value block, lane l holds values 8l .. 8l+7.
 __global__ void __launch_bounds__(kThreads) k_quant_q8_K(const float* x, int64_t rows, int64_t n, int64_t x_stride,
                                                          int8_t* qs, float* d, int16_t* bs) {
+  pdl_begin();
   const int lane = threadIdx.x & 31;
   const int64_t nb = n / 256;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
@@ -139,6 +142,7 @@ template <class F, bool FA, int R>
 __global__ void __launch_bounds__(kThreads) k_matmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
                                                      ActQ aq, ActF af, int64_t rows, int64_t r_first, float* y,
                                                      int64_t y_stride, int lpr_log2, int slice_bytes, bool vec) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const uint2* grid = setup_grid<F>(smem);
@@ -184,6 +188,7 @@ template <class F, int R>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
                                                       ActQ aq, int64_t rows, int64_t r_first, float* y,
                                                       int64_t y_stride, QPlan pl, int64_t group_rows) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const uint2* grid = setup_grid<F>(smem);
@@ -215,6 +220,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xfmatmul(const uint8_t
                                                        int64_t n_out, const float* x, int64_t x_stride, int64_t rows,
                                                        int64_t r_first, float* y, int64_t y_stride, FPlan pl,
                                                        int64_t group_rows) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* stage = reinterpret_cast<uint8_t*>(smem4);
   float* res = reinterpret_cast<float*>(stage + pl.rb * pl.slice + static_cast<size_t>(R) * pl.seg_elems * 4);
@@ -265,7 +271,7 @@ void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_strid
       if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
       for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
         const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
-        k_xfmatmul<F, RR><<<grid, kThreads, pl.smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows,
+        launch(k_xfmatmul<F, RR>, grid, kThreads, pl.smem, s, w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows,
                                                           t0 * RR, y, y_stride, pl, group_rows);
         check_launch("gemv matmul (float weights, CPU order)");
       }
@@ -276,7 +282,7 @@ void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_strid
       if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
       for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
         const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
-        k_xmatmul<F, RR><<<grid, kThreads, pl.smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, rows, t0 * RR, y,
+        launch(k_xmatmul<F, RR>, grid, kThreads, pl.smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, rows, t0 * RR, y,
                                                          y_stride, pl, group_rows);
         check_launch("gemv matmul (CPU order)");
       }
@@ -314,7 +320,7 @@ void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y,
     const int64_t r_first = t0 * R;
 #define DS4_LAUNCH(RR)                                                                                        \
   allow_smem(reinterpret_cast<const void*>(k_matmul<F, FA, RR>), smem, "matmul (float activations)");               \
-  k_matmul<F, FA, RR><<<grid, kThreads, smem, s>>>(w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
+  launch(k_matmul<F, FA, RR>, grid, kThreads, smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
                                                    y_stride, l2, slice, vec)
     switch (R) {
       case 1: DS4_LAUNCH(1); break;
@@ -388,7 +394,7 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
     float* d = reinterpret_cast<float*>(p + round256(r * nn));
     a.d = d;
     const int64_t blocks = rows * (n / 32);
-    k_quant_q8_0<<<static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+    launch(k_quant_q8_0, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, 
         x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d);
     check_launch("gemv quantize_q8_0 (activations)");
   } else if (act_type == GgmlType::Q8_K) {
@@ -396,7 +402,7 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
     int16_t* bs = reinterpret_cast<int16_t*>(p + round256(r * nn) + round256(r * (nn / 256) * 4));
     a.d = d, a.bs = bs;
     const int64_t blocks = rows * (n / 256);
-    k_quant_q8_K<<<static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream>>>(
+    launch(k_quant_q8_K, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, 
         x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d, bs);
     check_launch("gemv quantize_q8_K (activations)");
   } else if (act_type == GgmlType::Q8_1) {  // Q5_1's activations (gemv_formats_legacy.cuh)
@@ -454,6 +460,7 @@ struct WRows {
 
 template <class W>
 __global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq, const uint2* grid) {
+  pdl_begin();
   extern __shared__ float wtsm[];  // 8 warps x nb floats
   const int warp = threadIdx.x >> 5;
   int m = 0;
@@ -473,6 +480,7 @@ __global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq,
 template <class F>
 __global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
                                                   const float* x, int64_t group_rows, float* y) {
+  pdl_begin();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
   if (o >= n_out) return;  // whole warp
@@ -504,7 +512,7 @@ __global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_s
 
 template <class F>
 void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group_rows, cudaStream_t s) {
-  k_wfmatmul<F><<<static_cast<unsigned>((w.n_out + 7) / 8), 256, 0, s>>>(w.data, w.row_stride, w.n_in, w.n_out, x,
+  launch(k_wfmatmul<F>, static_cast<unsigned>((w.n_out + 7) / 8), 256, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x,
                                                                          group_rows, y);
   check_launch("matmul (float, warp rows)");
 }
@@ -524,7 +532,7 @@ void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64
   const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
   allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
   const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
-  k_wmatmul<W><<<static_cast<unsigned>(R.block0[count]), 256, smem, s>>>(R, n_in, aq, grid);
+  launch(k_wmatmul<W>, static_cast<unsigned>(R.block0[count]), 256, smem, s, R, n_in, aq, grid);
   check_launch("matmul (warp rows)");
 }
 

@@ -5,6 +5,10 @@
 // with the exact integer sum sumi (Q5_1: (d_w * d_a) * float(sumi) + m_w * s_a), as the CPU
 // computes it; the kernels add the terms in the CPU's order.
 #include "compute/cuda/gemv_formats_ext_util.cuh"
+#ifdef __CUDACC__  // the launch below
+#include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_util.cuh"
+#endif
 
 namespace ds4::cuda::gemv_detail {
 
@@ -198,6 +202,7 @@ __device__ __forceinline__ void quant_q8_1_block(const float* x, int8_t* qs, flo
 // One thread per 32-value block (activation rows are short; this runs once per matmul).
 static __global__ void k_quant_q8_1_ext(const float* x, int64_t rows, int64_t n, int64_t x_stride, int8_t* qs,
                                         float* ds) {
+  pdl_begin();
   const int64_t nb = n / 32;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (blk >= rows * nb) return;
@@ -210,7 +215,7 @@ static inline void quantize_acts_q8_1(const float* x, int64_t rows, int64_t n, i
                                       cudaStream_t stream) {
   const int64_t blocks = rows * (n / 32);
   if (blocks <= 0) return;
-  k_quant_q8_1_ext<<<static_cast<unsigned>((blocks + 127) / 128), 128, 0, stream>>>(x, rows, n, x_stride, qs, ds);
+  launch(k_quant_q8_1_ext, static_cast<unsigned>((blocks + 127) / 128), 128, 0, stream, x, rows, n, x_stride, qs, ds);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
     fail("CUDA kernel gemv quantize_q8_1 (activations) failed to launch: {}", cudaGetErrorString(e));
 }

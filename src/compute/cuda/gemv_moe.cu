@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
@@ -66,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(ExpertArgs gate, Exper
                                                           int64_t n_expert, ActQ aq, ActF af, const int32_t* experts,
                                                           const float* weights, int64_t k, int64_t p0, float limit,
                                                           float* h, int lpr_log2, int slice_bytes) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const uint2* grid = setup_grid<F>(smem);
@@ -108,6 +110,7 @@ template <class F, bool FA>
 __global__ void __launch_bounds__(kThreads) k_moe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
                                                        ActQ hq, ActF hf, const int32_t* experts, int64_t k, int64_t t0,
                                                        float* y, int lpr_log2, int slice_bytes) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const uint2* grid = setup_grid<F>(smem);
@@ -155,7 +158,7 @@ void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF 
   allow_smem(reinterpret_cast<const void*>(k_moe_gate_up<F, FA>), g.smem, "moe_experts gate/up");
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-    k_moe_gate_up<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(gate), expert_args(up), gate.first.n_in,
+    launch(k_moe_gate_up<F, FA>, grid, kThreads, g.smem, s, expert_args(gate), expert_args(up), gate.first.n_in,
                                                          gate.first.n_out, gate.n_expert, aq, af, experts, weights, k,
                                                          p0, limit, h, g.l2, g.slice);
     check_launch("moe_experts gate/up");
@@ -171,7 +174,7 @@ void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* expert
   allow_smem(reinterpret_cast<const void*>(k_moe_down<F, FA>), g.smem, "moe_experts down");
   for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
-    k_moe_down<F, FA><<<grid, kThreads, g.smem, s>>>(expert_args(down), down.first.n_in, down.first.n_out,
+    launch(k_moe_down<F, FA>, grid, kThreads, g.smem, s, expert_args(down), down.first.n_in, down.first.n_out,
                                                       down.n_expert, hq, hf, experts, k, t0, y, g.l2, g.slice);
     check_launch("moe_experts down");
   }
@@ -239,6 +242,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_gate_up(ExpertArg
                                                            int64_t n_expert, ActQ aq, const float* xf,
                                                            const int32_t* experts, const float* weights, int64_t k,
                                                            int64_t p0, float limit, float* h, XPlan pl) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float gv_sh[kMaxChains], uv_sh[kMaxChains];
@@ -272,6 +276,7 @@ template <class F>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert,
                                                         ActQ hq, const float* hf, const int32_t* experts, int64_t p0,
                                                         float* out, XPlan pl) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   __shared__ float res[kMaxChains];
@@ -290,6 +295,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_down(ExpertArgs d
 
 // y[t][o] = 0 + out[t*k][o] + out[t*k+1][o] + ... in slot order (the CPU's sum).
 __global__ void k_moe_slot_sum(const float* out, int64_t rows, int64_t k, int64_t n_embd, float* y) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * n_embd) return;
   const int64_t t = i / n_embd, o = i % n_embd;
@@ -307,7 +313,7 @@ void launch_xgate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, cons
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-    k_xmoe_gate_up<F><<<grid, kThreads, pl.smem, s>>>(expert_args(gate), expert_args(up), gate.first.n_in,
+    launch(k_xmoe_gate_up<F>, grid, kThreads, pl.smem, s, expert_args(gate), expert_args(up), gate.first.n_in,
                                                       gate.first.n_out, gate.n_expert, aq, xf, experts, weights, k, p0,
                                                       limit, h, pl);
     check_launch("moe_experts gate/up (CPU order)");
@@ -323,7 +329,7 @@ void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-    k_xmoe_down<F><<<grid, kThreads, pl.smem, s>>>(expert_args(down), down.first.n_in, down.first.n_out, down.n_expert,
+    launch(k_xmoe_down<F>, grid, kThreads, pl.smem, s, expert_args(down), down.first.n_in, down.first.n_out, down.n_expert,
                                                    hq, hf, experts, p0, out, pl);
     check_launch("moe_experts down (CPU order)");
   }
@@ -341,6 +347,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertA
                                                                         int64_t n_ff, int64_t n_expert, ActQ aq,
                                                                         const int32_t* experts, int64_t k, int64_t p0,
                                                                         float* gu, const uint2* grid) {
+  pdl_begin();
   __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
@@ -363,6 +370,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertA
 // h[p][o] = swiglu(g, u, limit) * weight[p], the CPU's operations (NaN stays NaN).
 __global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit,
                               float* h) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs * n_ff) return;
   const int64_t p = i / n_ff, o = i % n_ff;
@@ -381,6 +389,7 @@ template <class W>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_down(ExpertArgs down, int64_t n_ff, int64_t n_embd,
                                                                      int64_t n_expert, ActQ hq, const int32_t* experts,
                                                                      int64_t p0, float* out, const uint2* grid) {
+  pdl_begin();
   __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
@@ -434,13 +443,13 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
       const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
       for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
         const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY), 2);
-        k_wmoe_gate_up<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(gate), expert_args(up), n_embd, n_ff,
+        launch(k_wmoe_gate_up<W>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up), n_embd, n_ff,
                                                                      gate.n_expert, aq, experts, k, p0, gu, grid);
         check_launch("moe_experts gate/up (warp rows)");
       }
     });
     const int64_t n = pairs * n_ff;
-    k_wmoe_swiglu<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(gu, weights, pairs, n_ff, limit, h);
+    launch(k_wmoe_swiglu, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, gu, weights, pairs, n_ff, limit, h);
     check_launch("moe_experts swiglu (warp rows)");
   }
   Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
@@ -452,13 +461,13 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
     const unsigned gx = static_cast<unsigned>((n_embd + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
     for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
       const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-      k_wmoe_down<W><<<g, 32 * kWarpRowsPerBlock, 0, stream>>>(expert_args(down), n_ff, n_embd, down.n_expert, haq,
+      launch(k_wmoe_down<W>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(down), n_ff, n_embd, down.n_expert, haq,
                                                                 experts, p0, out, grid);
       check_launch("moe_experts down (warp rows)");
     }
   });
   const int64_t n_out = rows * n_embd;
-  k_moe_slot_sum<<<static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream>>>(out, rows, k, n_embd, y);
+  launch(k_moe_slot_sum, static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream, out, rows, k, n_embd, y);
   check_launch("moe_experts slot sum");
 }
 
@@ -562,7 +571,7 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
     }
   });
   const int64_t n_out = rows * n_embd;
-  k_moe_slot_sum<<<static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream>>>(out, rows, k, n_embd, y);
+  launch(k_moe_slot_sum, static_cast<unsigned>((n_out + 255) / 256), 256, 0, stream, out, rows, k, n_embd, y);
   check_launch("moe_experts slot sum");
 }
 

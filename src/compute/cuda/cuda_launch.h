@@ -1,0 +1,36 @@
+#pragma once
+// One launch path for the CUDA backend's kernels (internal): cudaLaunchKernelEx, with
+// programmatic dependent launch (PDL) when DS4_CUDA_PDL=1. With PDL a kernel may be scheduled
+// while the one before it on the stream is still running; a step graph captured from such
+// launches keeps those programmatic edges, so a kernel's launch and block scheduling overlap
+// its predecessor's tail instead of following it (decode steps are ~40 short kernels per layer).
+// That is only correct because every kernel launched here begins with pdl_begin()
+// (cuda_util.cuh): it lets the next kernel launch, then waits until this kernel's predecessors
+// have finished and their writes are visible, before touching any memory.
+// Errors are reported as before: check_launch(name) after the call reads cudaGetLastError.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <utility>
+
+namespace ds4::cuda {
+
+// DS4_CUDA_PDL=1 (read once). Off by default until measured on a GPU.
+bool pdl_enabled();
+
+template <class... KArgs, class... Args>
+void launch(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = pdl_enabled() ? attr : nullptr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  (void)cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);  // the error stays for check_launch
+}
+
+}  // namespace ds4::cuda
