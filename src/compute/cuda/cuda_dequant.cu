@@ -1,8 +1,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_dequant.h"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
@@ -120,7 +120,8 @@ void embed_ext(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows
   const bool ok = gemv_detail::with_ext_format(type, [&](auto fmt) {
     using F = decltype(fmt);
     if (n_in % F::kBE != 0) fail("CUDA embed: row of {} is not whole {} blocks", n_in, traits(type).name);
-    launch(embed_ext_rows<F>, static_cast<unsigned>(rows), 128, 0, s, table, n_in, n_rows, row_stride, tokens, copies, X, err);
+    launch(embed_ext_rows<F>, static_cast<unsigned>(rows), 128, 0, s, table, n_in, n_rows, row_stride, tokens, copies,
+           X, err);
     check_launch("embed (further formats)");
   });
   if (!ok) fail("CUDA embed: table type {} is not supported", traits(type).name);

@@ -44,8 +44,8 @@ __device__ inline float block_inv_rms(const float* x, int64_t n, float eps) {
 }
 
 // y = x * inv (* w) over the elements sumsq_strided(first, step) visits, so y may alias x.
-__device__ inline void rms_store_strided(const float* x, const float* w, int64_t n, float inv, float* y,
-                                         int64_t first, int64_t step) {
+__device__ inline void rms_store_strided(const float* x, const float* w, int64_t n, float inv, float* y, int64_t first,
+                                         int64_t step) {
   if (w) {
     for (int64_t i = first; i < n; i += step) y[i] = __fmul_rn(__fmul_rn(x[i], inv), w[i]);
   } else {

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cpu_order.cuh"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "core/error.h"
@@ -410,7 +410,7 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
   float* inv = reinterpret_cast<float*>(buf + sb);
   const unsigned hb = static_cast<unsigned>((n_heads + kAttnHeads - 1) / kAttnHeads);
   launch(k_attn_scores, dim3(grid_for(rows, kAttnRows), hb), 32 * kAttnHeads, 0, s, q, n_heads, head_dim, kv, scale, S,
-                                                                                  err);
+         err);
   check_launch("attention scores");
   launch(k_attn_softmax, static_cast<unsigned>(n_heads), 256, 0, s, S, kv, sinks, inv);
   check_launch("attention softmax");
@@ -514,7 +514,7 @@ void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t
   const size_t shm = static_cast<size_t>(3 * n_expert) * sizeof(float);
   if (shm > 48 * 1024) fail("CUDA moe_route: {} experts exceed the kernel's shared memory", n_expert);
   launch(k_moe_route, grid_for(rows, 1), 256, shm, s, logits, tokens, static_cast<int>(n_expert), static_cast<int>(k),
-                                                    bias, tid2eid, n_tid_rows, norm, scale, experts, weights, err);
+         bias, tid2eid, n_tid_rows, norm, scale, experts, weights, err);
   check_launch("moe_route");
 }
 

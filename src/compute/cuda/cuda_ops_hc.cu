@@ -6,8 +6,8 @@
 
 #include <cmath>
 
-#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cpu_order.cuh"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_norm.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
@@ -71,8 +71,8 @@ __device__ inline void hc_pre_post_lane(const float* mix, const float* scale, co
 // N > 0: n_hc known at compile time (loops unrolled, so a sum's broadcasts issue together);
 // N == 0: n_hc_rt. The same operations in the same order either way.
 template <int N>
-__device__ void hc_comb_warp(const float* mix, const float* scale, const float* base, int n_hc_rt, int iters,
-                             float eps, float* comb) {
+__device__ void hc_comb_warp(const float* mix, const float* scale, const float* base, int n_hc_rt, int iters, float eps,
+                             float* comb) {
   const int n_hc = N > 0 ? N : n_hc_rt;
   const int L = threadIdx.x & 31;
   const bool ok = L < n_hc * n_hc;
@@ -80,22 +80,22 @@ __device__ void hc_comb_warp(const float* mix, const float* scale, const float* 
   const int off = 2 * n_hc;
   float v = ok ? mix[off + L] * scale[2] + base[off + L] : 0.0f;
   float mx = -INFINITY;
-  #pragma unroll
+#pragma unroll
   for (int jj = 0; jj < n_hc; ++jj) mx = std_max(mx, __shfl_sync(kFull, v, i * n_hc + jj));
   v = expf_ref(v - mx);
   float sum = 0;
-  #pragma unroll
+#pragma unroll
   for (int jj = 0; jj < n_hc; ++jj) sum += __shfl_sync(kFull, v, i * n_hc + jj);
   v = v / sum + eps;
   auto col_norm = [&] {
     float t = 0;
-    #pragma unroll
+#pragma unroll
     for (int ii = 0; ii < n_hc; ++ii) t += __shfl_sync(kFull, v, ii * n_hc + j);
     v /= t + eps;
   };
   auto row_norm = [&] {
     float t = 0;
-    #pragma unroll
+#pragma unroll
     for (int jj = 0; jj < n_hc; ++jj) t += __shfl_sync(kFull, v, i * n_hc + jj);
     v /= t + eps;
   };
@@ -143,8 +143,10 @@ __device__ void hc_pre_row(const float* Xr, int n_hc, int64_t n, float* m, const
     }
   } else if (n_hc * n_hc <= 32) {
     if (threadIdx.x < 32) {
-      if (n_hc == 4) hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
-      else hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+      if (n_hc == 4)
+        hc_split_mix_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
+      else
+        hc_split_mix_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
     }
   } else if (threadIdx.x == 0) {
     hc_split_mix_dev(m_sh, scale, base, n_hc, iters, hc_eps, pre, post_sh, comb_sh);
@@ -215,13 +217,17 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
   }
   __syncthreads();
   if (tid < n_hc) {
-    if (head) pre[tid] = 1.0f / (1.0f + expf_ref(-(m_sh[tid] * scale[0] + base[tid]))) + hc_eps;
-    else hc_pre_post_lane(m_sh, scale, base, n_hc, tid, hc_eps, pre, post);
+    if (head)
+      pre[tid] = 1.0f / (1.0f + expf_ref(-(m_sh[tid] * scale[0] + base[tid]))) + hc_eps;
+    else
+      hc_pre_post_lane(m_sh, scale, base, n_hc, tid, hc_eps, pre, post);
   }
   __syncthreads();
   if (!head && warp == 1) {
-    if (n_hc == 4) hc_comb_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, comb);
-    else hc_comb_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, comb);
+    if (n_hc == 4)
+      hc_comb_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, comb);
+    else
+      hc_comb_warp<0>(m_sh, scale, base, n_hc, iters, hc_eps, comb);
     return;
   }
   const int workers = head ? blockDim.x : blockDim.x - 32;
@@ -270,11 +276,10 @@ __device__ __forceinline__ float hc_welem(const uint8_t* w, int i) {
 }
 
 template <int kWType, bool kOverlap>
-__global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc,
-                                                       int64_t n, const float* scale, const float* base, int iters,
-                                                       float hc_eps, float rms_eps, bool norm, const float* norm_w,
-                                                       float norm_eps, float* mix, float* x_in, float* post,
-                                                       float* comb) {
+__global__ void __launch_bounds__(1024)
+    k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc, int64_t n, const float* scale,
+                   const float* base, int iters, float hc_eps, float rms_eps, bool norm, const float* norm_w,
+                   float norm_eps, float* mix, float* x_in, float* post, float* comb) {
   pdl_begin();
   extern __shared__ uint4 hsm4[];
   __shared__ bool last;
@@ -332,8 +337,8 @@ __global__ void __launch_bounds__(1024) k_hc_pre_fused(const uint8_t* fn, size_t
   }
 }
 
-__global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
-                          int n_hc, int64_t n, float* Xout) {
+__global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
+                          int64_t n, float* Xout) {
   pdl_begin();
   int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int64_t per_row = n_hc * n;
@@ -355,7 +360,7 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
   if (rows <= 0) return;
   if (n_hc < 1 || n_hc > kMaxHc) fail("CUDA hc_pre: n_hc {} outside 1..{}", n_hc, kMaxHc);
   launch(k_hc_pre, grid_for(rows, 1), 1024, 0, s, X, mix, n_hc, n, scale, base, sinkhorn_iters, hc_eps, rms_eps, x_in,
-                                             post, comb);
+         post, comb);
   check_launch("hc_pre");
 }
 
@@ -370,23 +375,28 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
   const bool shape_ok = n_hc >= 1 && n_hc <= kMaxHc && (head || n_hc * n_hc <= 32) && fn_in == width &&
                         fn_out == n_mix && width % 32 == 0 && 4 * n <= width * static_cast<int64_t>(es) &&
                         smem <= 200 * 1024;
-  const bool aligned = reinterpret_cast<uintptr_t>(fn) % 16 == 0 && fn_stride % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(X) % 16 == 0;
+  const bool aligned =
+      reinterpret_cast<uintptr_t>(fn) % 16 == 0 && fn_stride % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
   if (!shape_ok || !aligned) return false;
   auto run = [&](auto kernel) {
     gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
     launch(kernel, static_cast<unsigned>(n_mix), 1024, smem, s, fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
-                                                           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post,
-                                                           comb);
+           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb);
   };
   if (overlap) {
-    if (wtype == 0) run(k_hc_pre_fused<0, true>);
-    else if (wtype == 1) run(k_hc_pre_fused<1, true>);
-    else run(k_hc_pre_fused<2, true>);
+    if (wtype == 0)
+      run(k_hc_pre_fused<0, true>);
+    else if (wtype == 1)
+      run(k_hc_pre_fused<1, true>);
+    else
+      run(k_hc_pre_fused<2, true>);
   } else {
-    if (wtype == 0) run(k_hc_pre_fused<0, false>);
-    else if (wtype == 1) run(k_hc_pre_fused<1, false>);
-    else run(k_hc_pre_fused<2, false>);
+    if (wtype == 0)
+      run(k_hc_pre_fused<0, false>);
+    else if (wtype == 1)
+      run(k_hc_pre_fused<1, false>);
+    else
+      run(k_hc_pre_fused<2, false>);
   }
   check_launch("hc_pre (fused with its matmul and norm)");
   return true;

@@ -10,10 +10,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cpu_order.cuh"
-#include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_norm.cuh"
+#include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "core/error.h"
@@ -359,7 +359,8 @@ void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const 
   const size_t sh = static_cast<size_t>(2 * n_pairs) * sizeof(float);
   const int64_t parts = std::min<int64_t>(64, (n_heads * n_pairs + 255) / 256);
   const dim3 grid(grid_for(rows, 1), static_cast<unsigned>(parts));
-  launch(k_rope_tail, grid, 256, sh, s, x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0, pos_step, inverse);
+  launch(k_rope_tail, grid, 256, sh, s, x, n_heads, head_dim, freqs, static_cast<int>(n_pairs), pos0, pos_step,
+         inverse);
   check_launch("rope_tail");
 }
 
@@ -367,8 +368,8 @@ void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kin
   if (rows <= 0 || n_round <= 0) return;
   if (n_round > 12288) fail("CUDA act_round: {} values per row exceed the kernel's 12288", n_round);
   const float hscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n_round)));
-  launch(k_act_round, grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s, 
-      x, row_len, static_cast<int>(n_round), kind, hscale);
+  launch(k_act_round, grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s, x, row_len,
+         static_cast<int>(n_round), kind, hscale);
   check_launch("act_round");
 }
 
@@ -383,7 +384,7 @@ void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, si
            const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s) {
   if (rows <= 0) return;
   launch(k_embed, grid_for(rows, 1), 256, 0, s, static_cast<int>(type), table, n_in, n_rows, row_stride, tokens, copies,
-                                            X, err);
+         X, err);
   check_launch("embed");
 }
 
@@ -392,7 +393,7 @@ void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, 
                       cudaStream_t s) {
   if (width <= 0) return;
   launch(k_compressor_store, grid_for(width, 256), 256, 0, s, static_cast<int>(ape_type), ape, ape_stride, pos, ratio,
-                                                          lanes, kvp, scp, width, kv, score);
+         lanes, kvp, scp, width, kv, score);
   check_launch("compressor_store");
 }
 

@@ -4,23 +4,23 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <type_traits>
-
-#include <climits>
-#include <mutex>
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
 #include <unordered_set>
 #include <vector>
-#include <cstdint>
 
-#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/block_cache.h"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
-#include "compute/cuda/gemv_warp.cuh"
 #include "compute/cuda/gemv_internal.h"
+#include "compute/cuda/gemv_warp.cuh"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -272,7 +272,7 @@ void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_strid
       for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
         const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
         launch(k_xfmatmul<F, RR>, grid, kThreads, pl.smem, s, w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows,
-                                                          t0 * RR, y, y_stride, pl, group_rows);
+               t0 * RR, y, y_stride, pl, group_rows);
         check_launch("gemv matmul (float weights, CPU order)");
       }
     } else {
@@ -282,8 +282,8 @@ void launch_xmatmul(const DevMatrix& w, ActQ aq, const float* x, int64_t x_strid
       if (gx > INT_MAX) fail("CUDA matmul: {} output rows is too many", w.n_out);
       for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
         const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
-        launch(k_xmatmul<F, RR>, grid, kThreads, pl.smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, rows, t0 * RR, y,
-                                                         y_stride, pl, group_rows);
+        launch(k_xmatmul<F, RR>, grid, kThreads, pl.smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, rows, t0 * RR,
+               y, y_stride, pl, group_rows);
         check_launch("gemv matmul (CPU order)");
       }
     }
@@ -318,10 +318,10 @@ void launch_matmul(const DevMatrix& w, ActQ aq, ActF af, int64_t rows, float* y,
   for (int64_t t0 = 0; t0 < tiles; t0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(tiles - t0 < kMaxY ? tiles - t0 : kMaxY));
     const int64_t r_first = t0 * R;
-#define DS4_LAUNCH(RR)                                                                                        \
-  allow_smem(reinterpret_cast<const void*>(k_matmul<F, FA, RR>), smem, "matmul (float activations)");               \
-  launch(k_matmul<F, FA, RR>, grid, kThreads, smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, y, \
-                                                   y_stride, l2, slice, vec)
+#define DS4_LAUNCH(RR)                                                                                               \
+  allow_smem(reinterpret_cast<const void*>(k_matmul<F, FA, RR>), smem, "matmul (float activations)");                \
+  launch(k_matmul<F, FA, RR>, grid, kThreads, smem, s, w.data, w.row_stride, w.n_in, w.n_out, aq, af, rows, r_first, \
+         y, y_stride, l2, slice, vec)
     switch (R) {
       case 1: DS4_LAUNCH(1); break;
       case 2: DS4_LAUNCH(2); break;
@@ -394,16 +394,16 @@ ActQ quantize_acts(GgmlType act_type, const float* x, int64_t rows, int64_t n, i
     float* d = reinterpret_cast<float*>(p + round256(r * nn));
     a.d = d;
     const int64_t blocks = rows * (n / 32);
-    launch(k_quant_q8_0, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, 
-        x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d);
+    launch(k_quant_q8_0, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, x, rows, n,
+           x_stride, const_cast<int8_t*>(a.qs), d);
     check_launch("gemv quantize_q8_0 (activations)");
   } else if (act_type == GgmlType::Q8_K) {
     float* d = reinterpret_cast<float*>(p + round256(r * nn));
     int16_t* bs = reinterpret_cast<int16_t*>(p + round256(r * nn) + round256(r * (nn / 256) * 4));
     a.d = d, a.bs = bs;
     const int64_t blocks = rows * (n / 256);
-    launch(k_quant_q8_K, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, 
-        x, rows, n, x_stride, const_cast<int8_t*>(a.qs), d, bs);
+    launch(k_quant_q8_K, static_cast<unsigned>((blocks + kWarps - 1) / kWarps), kThreads, 0, stream, x, rows, n,
+           x_stride, const_cast<int8_t*>(a.qs), d, bs);
     check_launch("gemv quantize_q8_K (activations)");
   } else if (act_type == GgmlType::Q8_1) {  // Q5_1's activations (gemv_formats_legacy.cuh)
     float* d = reinterpret_cast<float*>(p + round256(r * nn));
@@ -513,7 +513,7 @@ __global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_s
 template <class F>
 void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group_rows, cudaStream_t s) {
   launch(k_wfmatmul<F>, static_cast<unsigned>((w.n_out + 7) / 8), 256, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x,
-                                                                         group_rows, y);
+         group_rows, y);
   check_launch("matmul (float, warp rows)");
 }
 
@@ -540,6 +540,24 @@ void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64
 bool staged_gemv_only() {
   static const bool on = std::getenv("DS4_CUDA_STAGED_GEMV") != nullptr;
   return on;
+}
+
+// DS4_CUDA_Q8_WIDE=1 (A/B): the one-row Q8_0 products with WarpQ8_0Wide's 4-byte loads.
+bool q8_wide() {
+  static const bool on = [] {
+    const char* e = std::getenv("DS4_CUDA_Q8_WIDE");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
+// The one-row Q8_0 products of `count` matrices (warp rows), in the load variant chosen.
+void launch_wmatmul_q8_0(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
+                         cudaStream_t s) {
+  if (q8_wide())
+    launch_wmatmul_rows<WarpQ8_0Wide>(ws, ys, count, group_rows, aq, s);
+  else
+    launch_wmatmul_rows<WarpQ8_0>(ws, ys, count, group_rows, aq, s);
 }
 
 template <class W>
@@ -610,7 +628,8 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     if (rows == 1 && !staged_only) {
       const int64_t nb = w.n_in / F::kBE;
       if constexpr (std::is_same_v<F, FmtQ8_0>)
-        if (warp_passes<WarpQ8_0>(static_cast<int>(nb)) != 0) return launch_wmatmul<WarpQ8_0>(w, aq, y, group_rows, stream);
+        if (warp_passes<WarpQ8_0>(static_cast<int>(nb)) != 0)
+          return launch_wmatmul_q8_0(&w, &y, 1, group_rows, aq, stream);
       if constexpr (std::is_same_v<F, FmtQ2_K>)
         if (warp_passes<WarpQ2_K>(static_cast<int>(nb)) != 0) return launch_wmatmul<WarpQ2_K>(w, aq, y, group_rows, stream);
       if constexpr (std::is_same_v<F, FmtIQ2_XXS>)
@@ -660,7 +679,7 @@ void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, f
   const ActQ aq = quantize_acts(GgmlType::Q8_0, x, 1, n, n, buf.get(), stream);
   for (size_t i0 = 0; i0 < q.size(); i0 += kMaxMany) {
     const int c = static_cast<int>(std::min<size_t>(kMaxMany, q.size() - i0));
-    launch_wmatmul_rows<WarpQ8_0>(q.data() + i0, qy.data() + i0, c, 0, aq, stream);
+    launch_wmatmul_q8_0(q.data() + i0, qy.data() + i0, c, 0, aq, stream);
   }
 }
 

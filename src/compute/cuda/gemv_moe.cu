@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/gemv.h"
@@ -159,8 +161,7 @@ void launch_gate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, ActF 
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
     launch(k_moe_gate_up<F, FA>, grid, kThreads, g.smem, s, expert_args(gate), expert_args(up), gate.first.n_in,
-                                                         gate.first.n_out, gate.n_expert, aq, af, experts, weights, k,
-                                                         p0, limit, h, g.l2, g.slice);
+           gate.first.n_out, gate.n_expert, aq, af, experts, weights, k, p0, limit, h, g.l2, g.slice);
     check_launch("moe_experts gate/up");
   }
 }
@@ -175,7 +176,7 @@ void launch_down(const DevExperts& down, ActQ hq, ActF hf, const int32_t* expert
   for (int64_t t0 = 0; t0 < rows; t0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(rows - t0 < kMaxY ? rows - t0 : kMaxY));
     launch(k_moe_down<F, FA>, grid, kThreads, g.smem, s, expert_args(down), down.first.n_in, down.first.n_out,
-                                                      down.n_expert, hq, hf, experts, k, t0, y, g.l2, g.slice);
+           down.n_expert, hq, hf, experts, k, t0, y, g.l2, g.slice);
     check_launch("moe_experts down");
   }
 }
@@ -314,8 +315,7 @@ void launch_xgate_up(const DevExperts& gate, const DevExperts& up, ActQ aq, cons
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
     launch(k_xmoe_gate_up<F>, grid, kThreads, pl.smem, s, expert_args(gate), expert_args(up), gate.first.n_in,
-                                                      gate.first.n_out, gate.n_expert, aq, xf, experts, weights, k, p0,
-                                                      limit, h, pl);
+           gate.first.n_out, gate.n_expert, aq, xf, experts, weights, k, p0, limit, h, pl);
     check_launch("moe_experts gate/up (CPU order)");
   }
 }
@@ -329,8 +329,8 @@ void launch_xdown(const DevExperts& down, ActQ hq, const float* hf, const int32_
   constexpr int64_t kMaxY = 65535;
   for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
     const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-    launch(k_xmoe_down<F>, grid, kThreads, pl.smem, s, expert_args(down), down.first.n_in, down.first.n_out, down.n_expert,
-                                                   hq, hf, experts, p0, out, pl);
+    launch(k_xmoe_down<F>, grid, kThreads, pl.smem, s, expert_args(down), down.first.n_in, down.first.n_out,
+           down.n_expert, hq, hf, experts, p0, out, pl);
     check_launch("moe_experts down (CPU order)");
   }
 }
@@ -342,13 +342,22 @@ constexpr int kWarpRowsPerBlock = 8;
 // blockIdx.y = pair p0 + y, blockIdx.z = 0 (gate) / 1 (up); warp = one row:
 // gu[(p*2 + z)*n_ff + o] = the CPU's dot (kPost applied). One warp per (pair, row, matrix):
 // the most independent memory streams one decode token can have.
-template <class W>
-__global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in,
-                                                                        int64_t n_ff, int64_t n_expert, ActQ aq,
-                                                                        const int32_t* experts, int64_t k, int64_t p0,
-                                                                        float* gu, const uint2* grid) {
+// kSmemGrid (IQ2_XXS, DS4_CUDA_MOE_SMEM_GRID=1, not yet measured on a GPU): the block first
+// copies the 2 KiB grid into shared memory, so the four lookups per lane and block are shared
+// memory reads, not scattered L1 reads (ncu: the L1 was 84% busy at a fifth of the DRAM rate).
+template <class W, bool kSmemGrid>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    k_wmoe_gate_up(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff, int64_t n_expert, ActQ aq,
+                   const int32_t* experts, int64_t k, int64_t p0, float* gu, const uint2* grid) {
   pdl_begin();
   __shared__ float tsm[kWarpRowsPerBlock][kWarpMaxBlocks];
+  __shared__ uint2 grid_sh[kSmemGrid ? 256 : 1];
+  if constexpr (kSmemGrid) {  // before any warp leaves: the whole block takes part
+    static_assert(32 * kWarpRowsPerBlock == 256, "one grid entry per thread");
+    grid_sh[threadIdx.x] = __ldg(grid + threadIdx.x);
+    __syncthreads();
+    grid = grid_sh;
+  }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
   const int64_t p = p0 + blockIdx.y;
@@ -361,8 +370,8 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_gate_up(ExpertA
     return;
   }
   const ExpertArgs& m = z == 0 ? gate : up;
-  float v = warp_qdot<W>(m.data + e * m.expert_stride + o * m.row_stride, warp_act<W>(aq, p / k, 0),
-                         static_cast<int>(n_in / 256), tsm[warp], grid);
+  float v = warp_qdot<W, kSmemGrid>(m.data + e * m.expert_stride + o * m.row_stride, warp_act<W>(aq, p / k, 0),
+                                    static_cast<int>(n_in / 256), tsm[warp], grid);
   if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
   if (lane == 0) *out = v;
 }
@@ -426,6 +435,15 @@ bool warp_moe_applies(const DevExperts& gate, const DevExperts& down) {
   return ok(gate.first.type) && ok(down.first.type) && fits(gate.first.type, n_embd) && fits(down.first.type, n_ff);
 }
 
+// DS4_CUDA_MOE_SMEM_GRID=1 (A/B): the IQ2_XXS gate/up kernel reads its grid from shared memory.
+bool moe_smem_grid() {
+  static const bool on = [] {
+    const char* e = std::getenv("DS4_CUDA_MOE_SMEM_GRID");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
 // Both projections on the warp kernels; h: pairs x n_ff scratch.
 void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* h, float* y,
@@ -443,8 +461,12 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
       const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
       for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
         const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY), 2);
-        launch(k_wmoe_gate_up<W>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up), n_embd, n_ff,
-                                                                     gate.n_expert, aq, experts, k, p0, gu, grid);
+        if (std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid())
+          launch(k_wmoe_gate_up<W, true>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up),
+                 n_embd, n_ff, gate.n_expert, aq, experts, k, p0, gu, grid);
+        else
+          launch(k_wmoe_gate_up<W, false>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up),
+                 n_embd, n_ff, gate.n_expert, aq, experts, k, p0, gu, grid);
         check_launch("moe_experts gate/up (warp rows)");
       }
     });
@@ -462,7 +484,7 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
     for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
       const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
       launch(k_wmoe_down<W>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(down), n_ff, n_embd, down.n_expert, haq,
-                                                                experts, p0, out, grid);
+             experts, p0, out, grid);
       check_launch("moe_experts down (warp rows)");
     }
   });

@@ -32,6 +32,8 @@ struct WarpIQ2_XXS {
             __ldg(q + 2) | (static_cast<uint32_t>(__ldg(q + 3)) << 16),
             static_cast<uint32_t>(__ldg(reinterpret_cast<const uint16_t*>(blk)))};
   }
+  // kSmemGrid: `grid` points to a copy in shared memory (a plain load; __ldg is for global).
+  template <bool kSmemGrid = false>
   __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t*, int j, const uint2* grid, int& i0,
                               int& i1) {
     const int ls = 2 * static_cast<int>(r.aux1 >> 28) + 1;
@@ -40,7 +42,7 @@ struct WarpIQ2_XXS {
     int pos = 0, neg = 0;
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
-      const uint2 gv = __ldg(grid + byte_of(r.aux0, l));
+      const uint2 gv = kSmemGrid ? grid[byte_of(r.aux0, l)] : __ldg(grid + byte_of(r.aux0, l));
       const uint32_t sg = FmtIQ2_XXS::signs8((r.aux1 >> (7 * l)) & 127u);
       const int g0 = static_cast<int>(gv.x), g1 = static_cast<int>(gv.y);
       pos = dp4a(g0, av[2 * l], pos);
@@ -69,6 +71,7 @@ struct WarpQ2_K {
     const uint32_t* qw = w + 4 + 8 * (j / 8) + 4 * (j % 2);
     return {byte_of(__ldg(w + j / 4), j % 4), {__ldg(qw), __ldg(qw + 1), __ldg(qw + 2), __ldg(qw + 3)}, __ldg(w + 20)};
   }
+  template <bool = false>
   __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t* bs, int j, const uint2*, int& i0,
                               int& i1) {
     const int h = j / 8, s = (j % 8) / 2, half = j % 2;
@@ -103,6 +106,7 @@ struct WarpQ8_0 {
     r.d = __ldg(h);
     return r;
   }
+  template <bool = false>
   __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t*, int, const uint2*, int& i0, int& i1) {
     const int4 v0 = ld4(aq), v1 = ld4(aq + 16);
     const int av[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -114,6 +118,34 @@ struct WarpQ8_0 {
   }
   __device__ static float term(const Raw& r, float ad, int i0, int) {
     return __fadd_rn(0.0f, __fmul_rn(static_cast<float>(i0), __fmul_rn(h2f(r.d), ad)));
+  }
+};
+
+// Q8_0 with 4-byte loads (DS4_CUDA_Q8_WIDE=1, not yet measured on a GPU): blocks are 34 bytes,
+// 2-byte aligned, so a lane loads the aligned words holding its block, 9 loads instead of 17
+// 16-bit ones (ncu: the 16-bit loads kept the L1 70-80% busy at half the DRAM rate). No byte
+// outside the block is read except, when the block starts 2 bytes into a word, that word's
+// other half (inside the same allocation, which is at least 4-byte aligned). Same sums.
+struct WarpQ8_0Wide : WarpQ8_0 {
+  __device__ static Raw load(const uint8_t* blk, int) {
+    Raw r;
+    if ((reinterpret_cast<uintptr_t>(blk) & 3u) == 0) {  // d = low half of word 0; qs from byte 2
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(blk);
+      uint32_t v[8];
+#pragma unroll
+      for (int t = 0; t < 8; ++t) v[t] = __ldg(w + t);
+      const uint32_t tail = __ldg(reinterpret_cast<const uint16_t*>(blk + 32));
+      r.d = v[0] & 0xffffu;
+#pragma unroll
+      for (int t = 0; t < 7; ++t) r.q[t] = __funnelshift_r(v[t], v[t + 1], 16);
+      r.q[7] = (v[7] >> 16) | (tail << 16);
+    } else {  // d = high half of the word before; qs word-aligned
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(blk - 2);
+      r.d = __ldg(w) >> 16;
+#pragma unroll
+      for (int t = 0; t < 8; ++t) r.q[t] = __ldg(w + 1 + t);
+    }
+    return r;
   }
 };
 
@@ -152,8 +184,8 @@ __device__ __forceinline__ WarpAct warp_act(const ActQ& a, int64_t arow, int64_t
 // The CPU's vec_dot of weight row `row` (nb blocks) with activation `act`, before W::kPost, by
 // one warp: every lane calls it and gets the result. Each pass loads and reduces 32/kSubs
 // blocks (measured: preloading every pass first needs more registers and ran slower).
-// tsm: nb floats of the warp's own shared memory.
-template <class W>
+// tsm: nb floats of the warp's own shared memory. kSmemGrid: `grid` is in shared memory.
+template <class W, bool kSmemGrid = false>
 __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float* tsm, const uint2* grid) {
   constexpr int S = W::kSubs, kPerPass = 32 / S;
   const int lane = threadIdx.x & 31, j = lane % S;
@@ -164,7 +196,7 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
     typename W::Raw raw;
     if (b < nb) {
       raw = W::load(row + static_cast<size_t>(b) * W::kBB, j);
-      W::sums(raw, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0, i1);
+      W::template sums<kSmemGrid>(raw, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0, i1);
     }
 #pragma unroll
     for (int o = S / 2; o > 0; o >>= 1) {
