@@ -5,7 +5,7 @@
 #   1. parity (test_cuda_parity, every test) with each switch on alone, then all on together;
 #   2. decode A/B on an 8-layer synthetic Flash q2 file (ab_decode.sh): base, each, all;
 #   3. the 43-layer file at 2K with all the switches whose parity passed, against base.
-# TOGGLES: space-separated "name:ENV=1[,ENV=1]" (default: the four below). STAGES selects.
+# TOGGLES: space-separated "name:ENV=1[,ENV=1]" (default: the five below). STAGES selects.
 #   DS4_ROOT=$PWD bash .devrun/toggles.sh
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/ds4out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$DEVRUN/lib:${LD_LIBRARY_PATH:-}
 B=$DEVRUN/bin
 STAGES=${STAGES:-"parity ab flash"}
-TOGGLES=${TOGGLES:-"pdl:DS4_CUDA_PDL=1 hco:DS4_CUDA_HC_OVERLAP=1 q8w:DS4_CUDA_Q8_WIDE=1 moeg:DS4_CUDA_MOE_SMEM_GRID=1"}
+TOGGLES=${TOGGLES:-"pdl:DS4_CUDA_PDL=1 hco:DS4_CUDA_HC_OVERLAP=1 q8w:DS4_CUDA_Q8_WIDE=1 moeg:DS4_CUDA_MOE_SMEM_GRID=1 fq:DS4_CUDA_FUSE_QUANT=1"}
 all_envs=$(for t in $TOGGLES; do printf '%s,' "${t#*:}"; done); all_envs=${all_envs%,}
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 summary=()

@@ -149,6 +149,21 @@ class CudaBackend final : public Backend {
   bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
   bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
+  // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
+  // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
+  // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
+  // output covers the row.
+  bool qact_on_ = false;
+  static constexpr int64_t kQactCap = 65536;  // values
+  int8_t* qact_qs_ = nullptr;
+  float* qact_d_ = nullptr;
+  const float* qact_src_ = nullptr;
+  cuda::PreQ8 qact_view_;
+  void qact_forget() { qact_src_ = nullptr; }
+  cuda::Q8Out qact_prepare(int64_t rows, int64_t n);
+  void qact_commit(const cuda::Q8Out& q, const float* y, int64_t n);
+  const cuda::PreQ8* qact_for(const float* x, int64_t rows) const;
+  void qact_clobbered(const float* y, int64_t rows, int64_t y_stride, int64_t n_out);
   bool rec_ = false;                     // recording a step now
   int64_t rec_pos_ = 0;
   int32_t rec_token_ = 0;
@@ -281,6 +296,13 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   fuse_hc_ = !(fh && std::strcmp(fh, "0") == 0);
   const char* ho = std::getenv("DS4_CUDA_HC_OVERLAP");
   hc_overlap_ = ho && std::strcmp(ho, "1") == 0;
+  const char* fq = std::getenv("DS4_CUDA_FUSE_QUANT");
+  qact_on_ = fq && std::strcmp(fq, "1") == 0 && !opt_.float_activations;
+  if (qact_on_) {
+    check(cudaMalloc(reinterpret_cast<void**>(&qact_qs_), kQactCap), "cudaMalloc(activation Q8_0 copy)");
+    check(cudaMalloc(reinterpret_cast<void**>(&qact_d_), kQactCap / 32 * sizeof(float)),
+          "cudaMalloc(activation Q8_0 scales)");
+  }
   check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
   check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
@@ -299,6 +321,8 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   if (d_step_) cudaFree(d_step_);
   if (h_step_) cudaFreeHost(h_step_);
+  if (qact_qs_) cudaFree(qact_qs_);
+  if (qact_d_) cudaFree(qact_d_);
   cuda::block_cache().trim();
   if (prof_) {
     try {
@@ -477,6 +501,7 @@ void CudaBackend::release(void* p) {
 }
 
 void CudaBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  qact_forget();
   if (rec_) fail("CUDA upload: internal: host data inside a recorded decode step");
   if (bytes) check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload");
 }
@@ -487,11 +512,15 @@ void CudaBackend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
+  qact_forget();
   Prof prof(this, "copy");
   if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
 }
 
-void CudaBackend::fill(float* x, int64_t n, float value) { cuda::fill(x, n, value, stream_); }
+void CudaBackend::fill(float* x, int64_t n, float value) {
+  qact_forget();
+  cuda::fill(x, n, value, stream_);
+}
 
 void CudaBackend::synchronize() { sync_and_check("synchronize"); }
 
@@ -619,6 +648,31 @@ const double* CudaBackend::dev_freqs(std::span<const double> f) {
   return d;
 }
 
+// ---- the one-row Q8_0 copy (DS4_CUDA_FUSE_QUANT) -------------------------------------------------
+
+cuda::Q8Out CudaBackend::qact_prepare(int64_t rows, int64_t n) {
+  qact_forget();
+  if (!qact_on_ || rows != 1 || n <= 0 || n % 32 != 0 || n > kQactCap) return {};
+  return {qact_qs_, qact_d_};
+}
+
+void CudaBackend::qact_commit(const cuda::Q8Out& q, const float* y, int64_t n) {
+  if (!q.qs) return;
+  qact_src_ = y;
+  qact_view_ = {qact_qs_, qact_d_, n};
+}
+
+const cuda::PreQ8* CudaBackend::qact_for(const float* x, int64_t rows) const {
+  return qact_src_ && x == qact_src_ && rows == 1 ? &qact_view_ : nullptr;
+}
+
+void CudaBackend::qact_clobbered(const float* y, int64_t rows, int64_t y_stride, int64_t n_out) {
+  if (!qact_src_ || !y || rows <= 0) return;
+  const auto a0 = reinterpret_cast<uintptr_t>(y), a1 = reinterpret_cast<uintptr_t>(y + (rows - 1) * y_stride + n_out);
+  const auto b0 = reinterpret_cast<uintptr_t>(qact_src_), b1 = reinterpret_cast<uintptr_t>(qact_src_ + qact_view_.n);
+  if (a0 < b1 && b0 < a1) qact_forget();
+}
+
 // ---- ops --------------------------------------------------------------------------------------
 
 void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
@@ -628,7 +682,8 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
   cuda::matmul(dm, x, rows, y, x_stride ? x_stride : w.n_in, y_stride ? y_stride : w.n_out, opt_.float_activations,
-               stream_);
+               stream_, qact_for(x, rows));
+  qact_clobbered(y, rows, y_stride ? y_stride : w.n_out, w.n_out);
 }
 
 void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x, int64_t rows,
@@ -642,7 +697,9 @@ void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x,
     if (!cuda::gemv_supports(w->type)) fail("CUDA matmul: weight type {} is not supported", traits(w->type).name);
     dm.push_back(dev_matrix(*w, "matmul_many", "W"));
   }
-  cuda::matmul_many(dm.data(), static_cast<int>(dm.size()), x, rows, ys.data(), opt_.float_activations, stream_);
+  cuda::matmul_many(dm.data(), static_cast<int>(dm.size()), x, rows, ys.data(), opt_.float_activations, stream_,
+                    qact_for(x, rows));
+  for (size_t i = 0; i < ys.size(); ++i) qact_clobbered(ys[i], rows, ws[i]->n_out, ws[i]->n_out);
 }
 
 void CudaBackend::matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y,
@@ -652,16 +709,22 @@ void CudaBackend::matmul_grouped(const Matrix& w, int64_t groups, const float* x
   if (rows <= 0) return;
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul_grouped", "W");
-  cuda::matmul_grouped(dm, groups, x, rows, y, x_stride, y_stride, opt_.float_activations, stream_);
+  cuda::matmul_grouped(dm, groups, x, rows, y, x_stride, y_stride, opt_.float_activations, stream_, qact_for(x, rows));
+  qact_clobbered(y, rows, y_stride ? y_stride : w.n_out, w.n_out);
 }
 
 void CudaBackend::rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
+  qact_forget();
   Prof prof(this, "rms_norm");
-  cuda::rms_norm(x, weight_f(w, n, "rms_norm", "w"), n, rows, eps, y, stream_);
+  const float* wd = weight_f(w, n, "rms_norm", "w");
+  const cuda::Q8Out q = qact_prepare(rows, n);
+  cuda::rms_norm(x, wd, n, rows, eps, y, stream_, q);
+  qact_commit(q, y, n);
 }
 
 void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
                             int64_t pos0, int64_t pos_step, bool inverse) {
+  qact_forget();
   Prof prof(this, "rope_tail");
   if (freqs.empty() || rows <= 0) return;
   if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
@@ -671,6 +734,7 @@ void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t hea
 }
 
 void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {
+  qact_forget();
   Prof prof(this, kind == ActRound::Fp8 ? "act_round fp8" : "act_round hadamard+fp4");
   if (n_round > row_len) fail("CUDA act_round: n_round {} > row_len {}", n_round, row_len);
   if (kind == ActRound::HadamardFp4 && (n_round <= 0 || (n_round & (n_round - 1)) != 0))
@@ -680,16 +744,21 @@ void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_r
 
 void CudaBackend::swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
                          float* h) {
+  qact_forget();
   Prof prof(this, "swiglu");
-  cuda::swiglu(g, u, rows, n, limit, weights, h, stream_);
+  const cuda::Q8Out q = qact_prepare(rows, n);
+  cuda::swiglu(g, u, rows, n, limit, weights, h, stream_, q);
+  qact_commit(q, h, n);
 }
 
 void CudaBackend::add(float* y, const float* x, int64_t n) {
+  qact_forget();
   Prof prof(this, "add");
   cuda::add(y, x, n, stream_);
 }
 
 void CudaBackend::embed(const Matrix& table, const int32_t* tokens, int64_t rows, int copies, float* X) {
+  qact_forget();
   Prof prof(this, "embed");
   if (rows <= 0) return;
   switch (table.type) {
@@ -722,6 +791,7 @@ CudaBackend::HcWeights CudaBackend::hc_weights(const HcParams& p, const float* p
 
 void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
                          float* comb) {
+  qact_forget();
   Prof prof(this, post ? "hc_pre" : "hc_pre head");
   const HcWeights w = hc_weights(p, post, comb);
   cuda::hc_pre(X, mix, rows, p.n_hc, p.n, w.scale, w.base, p.sinkhorn_iters, p.hc_eps, p.rms_eps, x_in, post, comb,
@@ -730,22 +800,27 @@ void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParam
 
 void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                               const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
+  qact_forget();
   const int wtype = fn.type == GgmlType::F32 ? 0 : fn.type == GgmlType::F16 ? 1 : fn.type == GgmlType::BF16 ? 2 : -1;
   if (fuse_hc_ && rows == 1 && wtype >= 0) {
     Prof prof(this, post ? "hc_pre fused" : "hc_pre fused head");
     const HcWeights w = hc_weights(p, post, comb);
     const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
     const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
+    const cuda::Q8Out q = norm ? qact_prepare(rows, p.n) : cuda::Q8Out{};
     if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
-                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, hc_overlap_,
-                           stream_))
+                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb,
+                           hc_overlap_, stream_, q)) {
+      qact_commit(q, x_in, p.n);
       return;
+    }
   }
   Backend::hc_pre_norm(fn, X, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);
 }
 
 void CudaBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
                           int n_hc, int64_t n, float* Xout) {
+  qact_forget();
   Prof prof(this, "hc_post");
   if (Xout == X) fail("CUDA hc_post: Xout must not alias X");
   cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_);
@@ -753,6 +828,7 @@ void CudaBackend::hc_post(const float* y, const float* X, const float* post, con
 
 void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
                             float scale, float* out) {
+  qact_forget();
   Prof prof(this, kv.idx ? "attention (indexed)" : "attention");
   if (kv.window <= 0 || kv.pos < 0) fail("CUDA attention: window {} / position {}", kv.window, kv.pos);
   if (kv.idx && kv.n_idx > 0 && kv.n_comp <= 0) fail("CUDA attention: {} indices into no compressed rows", kv.n_idx);
@@ -780,6 +856,7 @@ void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, c
 
 void CudaBackend::indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
                                  const float* keys, RowCount n_keys, float* scores) {
+  qact_forget();
   Prof prof(this, "indexer_scores");
   const int64_t max_keys = rec_ ? n_keys.capacity : n_keys.n;
   if (max_keys < n_keys.n) fail("CUDA indexer_scores: {} keys above the capacity {}", n_keys.n, max_keys);
@@ -787,12 +864,14 @@ void CudaBackend::indexer_scores(const float* q, const float* w, float scale, in
 }
 
 void CudaBackend::top_k(const float* scores, RowCount n, int64_t k, int32_t* idx) {
+  qact_forget();
   Prof prof(this, "top_k");
   if (k < 0 || k > n.n) fail("CUDA top_k: k = {} outside 0..{}", k, n.n);
   cuda::top_k(scores, dcount(n), rec_ ? n.capacity : n.n, k, idx, stream_);
 }
 
 void CudaBackend::store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src) {
+  qact_forget();
   Prof prof(this, "store_row");
   if (ring_rows <= 0 || pos < 0) fail("CUDA store_row: ring of {} rows, position {}", ring_rows, pos);
   cuda::store_row(ring, ring_rows, n, dpos(pos), src, stream_);
@@ -800,6 +879,7 @@ void CudaBackend::store_row(float* ring, int64_t ring_rows, int64_t n, int64_t p
 
 void CudaBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio, int64_t lanes, const float* kvp,
                                    const float* scp, int64_t width, float* kv, float* score) {
+  qact_forget();
   Prof prof(this, "compressor_store");
   if (ape.type != GgmlType::F32 && ape.type != GgmlType::F16 && ape.type != GgmlType::BF16)
     fail("CUDA compressor_store: ape type {} is not a float type", traits(ape.type).name);
@@ -812,6 +892,7 @@ void CudaBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio
 }
 
 void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
+  qact_forget();
   if (!rec_) return Backend::compressor_emit(e, pos);
   // Recorded: the row goes to scratch and is committed where the device position says (the
   // step graphs are keyed by the emission phase, so every replay of this one emits).
@@ -874,6 +955,7 @@ void CudaBackend::drop_step_graph(StepGraph& g) noexcept {
 }
 
 const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) {
+  qact_forget();
   *record = false;
   if (!graphs_ || rec_) return nullptr;
   for (auto& g : graphs_by_key_)
@@ -894,6 +976,7 @@ const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t t
 }
 
 const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, int32_t token) {
+  qact_forget();
   if (rec_) fail("CUDA step graph: a recording is already open");
   if (pos < 0 || pos > 0x7fffffff) fail("CUDA step graph: position {} outside the device counter", pos);
   rec_graph_ = StepGraph{};
@@ -912,6 +995,7 @@ const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, i
 }
 
 const float* CudaBackend::step_record_end(const float* logits) {
+  qact_forget();
   if (!rec_) fail("CUDA step graph: no recording is open");
   cudaGraph_t graph = nullptr;
   rec_ = false;
@@ -944,6 +1028,7 @@ const float* CudaBackend::step_record_end(const float* logits) {
 }
 
 void CudaBackend::step_record_abort() noexcept {
+  qact_forget();
   if (!rec_) return;
   rec_ = false;
   try {
@@ -962,6 +1047,7 @@ void CudaBackend::step_record_abort() noexcept {
 
 void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                                   float* out) {
+  qact_forget();
   Prof prof(this, "compressor_pool");
   if (lanes != 1 && lanes != 2) fail("CUDA compressor_pool: {} lanes", lanes);
   if (ratio <= 0) fail("CUDA compressor_pool: ratio {}", ratio);
@@ -970,6 +1056,7 @@ void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t r
 
 void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
                             int32_t* experts, float* weights) {
+  qact_forget();
   Prof prof(this, "moe_route");
   if (rows <= 0) return;
   const float* bias = weight_f(p.bias, p.n_expert, "moe_route", "bias");
@@ -988,6 +1075,7 @@ void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t 
 void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                               float* y) {
+  qact_forget();
   Prof prof(this, prof_ ? fmt::format("moe_experts {}/{} k{}", traits(gate.first.type).name, traits(down.first.type).name, k)
                         : std::string());
   if (rows <= 0) return;

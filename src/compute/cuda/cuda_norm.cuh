@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "compute/cuda/cuda_quant_act.cuh"
 #include "compute/cuda/cuda_util.cuh"
 
 namespace ds4::cuda {
@@ -44,17 +45,19 @@ __device__ inline float block_inv_rms(const float* x, int64_t n, float eps) {
 }
 
 // y = x * inv (* w) over the elements sumsq_strided(first, step) visits, so y may alias x.
+// With q.qs, also y's Q8_0 copy: then n, first - lane and step are multiples of 32, so each
+// step's 32 lanes of a warp hold one whole block.
 __device__ inline void rms_store_strided(const float* x, const float* w, int64_t n, float inv, float* y, int64_t first,
-                                         int64_t step) {
-  if (w) {
-    for (int64_t i = first; i < n; i += step) y[i] = __fmul_rn(__fmul_rn(x[i], inv), w[i]);
-  } else {
-    for (int64_t i = first; i < n; i += step) y[i] = __fmul_rn(x[i], inv);
+                                         int64_t step, Q8Out q = {}) {
+  for (int64_t i = first; i < n; i += step) {
+    const float v = w ? __fmul_rn(__fmul_rn(x[i], inv), w[i]) : __fmul_rn(x[i], inv);
+    y[i] = v;
+    if (q.qs) q8_0_block_warp(v, static_cast<int>(i & 31), q.qs + (i & ~int64_t{31}), q.d + i / 32);
   }
 }
 
-__device__ inline void rms_store(const float* x, const float* w, int64_t n, float inv, float* y) {
-  rms_store_strided(x, w, n, inv, y, threadIdx.x, blockDim.x);
+__device__ inline void rms_store(const float* x, const float* w, int64_t n, float inv, float* y, Q8Out q = {}) {
+  rms_store_strided(x, w, n, inv, y, threadIdx.x, blockDim.x, q);
 }
 
 }  // namespace ds4::cuda

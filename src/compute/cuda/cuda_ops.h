@@ -44,6 +44,13 @@ struct DevCount {
 #endif
 };
 
+// Where a kernel also writes the Q8_0 copy of its one-row output (qs: n bytes, d: n/32 floats,
+// the bytes gemv's quantize_acts would write for that row); qs null: no copy.
+struct Q8Out {
+  int8_t* qs = nullptr;
+  float* d = nullptr;
+};
+
 // Throws ds4::Error("CUDA <what>: <text>") when e is not cudaSuccess.
 void check(cudaError_t e, const char* what);
 // After a launch: throws naming the kernel when the launch failed.
@@ -54,7 +61,9 @@ unsigned grid_for(int64_t n, int threads);
 // ---- element-wise and small ops (cuda_ops_misc.cu) ------------------------------------------
 void fill(float* x, int64_t n, float value, cudaStream_t s);
 void add(float* y, const float* x, int64_t n, cudaStream_t s);
-void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s);
+// q (one row, n % 32 == 0): also write y's Q8_0 copy there (cuda_quant_act.cuh).
+void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s,
+              Q8Out q = {});
 // freqs: device, n_pairs doubles.
 void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs,
                DevPos pos0, int64_t pos_step, bool inverse, cudaStream_t s);
@@ -63,7 +72,7 @@ void store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const floa
 // kind 0: FP8 E4M3 (blocks of 64), 1: Hadamard + FP4 E2M1 (blocks of 32; n_round a power of two).
 void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s);
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
-            cudaStream_t s);
+            cudaStream_t s, Q8Out q = {});
 // table: device rows of n_in elements (F32, F16, BF16, Q8_0, Q2_K, Q4_K).
 void embed(GgmlType type, const uint8_t* table, int64_t n_in, int64_t n_rows, size_t row_stride,
            const int32_t* tokens, int64_t rows, int copies, float* X, int* err, cudaStream_t s);
@@ -74,11 +83,12 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 // One row of Backend::hc_pre_norm in one kernel: fn (device rows of fn_in elements, wtype 0 F32,
 // 1 F16, 2 BF16) times X, hc_pre, then the norm. Returns false (nothing launched) for shapes it
 // does not take (the caller runs the separate ops). overlap: the variant whose staging is
-// asynchronous and whose Sinkhorn runs beside x_in and the norm (cuda_ops_hc.cu).
+// asynchronous and whose Sinkhorn runs beside x_in and the norm (cuda_ops_hc.cu). q (with the
+// norm, n % 32 == 0): the normed x_in's Q8_0 copy.
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s);
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q = {});
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
              float* Xout, cudaStream_t s);
 // ape: device rows (row_stride bytes apart) of a float type (F32, F16, BF16), at least width

@@ -199,11 +199,12 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
 // The last block's work of the overlapped variant: mixes scaled by rms_inv (read through L2:
 // other blocks wrote them), pre/post, then warp 1 runs Sinkhorn for comb while the other warps
 // form x_in = sum_s pre[s] X[s] (stream order) and, with the norm, its RMS and the store.
-// xs: the staged streams; xi: where x_in is formed (x_in itself, or shared memory with the norm).
+// xs: the staged streams; xi: where x_in is formed (x_in itself, or shared memory with the norm);
+// q: the Q8_0 copy of the normed x_in, or none.
 __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float* m, const float* scale,
                                     const float* base, int iters, float hc_eps, float rms_inv, bool norm,
                                     const float* norm_w, float norm_eps, float* xi, float* x_in, float* post,
-                                    float* comb) {
+                                    float* comb, Q8Out q) {
   __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
   __shared__ float pre[kMaxHc];
   __shared__ double ss_sh[32];
@@ -251,7 +252,7 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
   if (lane == 0) ss_sh[first >> 5] = ss;
   named_barrier(1, workers);
   const double t = warp_sum(lane < (workers >> 5) ? ss_sh[lane] : 0.0);
-  rms_store_strided(xi, norm_w, n, inv_rms_of(t, n, norm_eps), x_in, first, workers);
+  rms_store_strided(xi, norm_w, n, inv_rms_of(t, n, norm_eps), x_in, first, workers, q);
 }
 
 // hc_pre_norm for one row, fused (backend.h): block b < n_mix stages X and weight row b of fn in
@@ -279,7 +280,7 @@ template <int kWType, bool kOverlap>
 __global__ void __launch_bounds__(1024)
     k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc, int64_t n, const float* scale,
                    const float* base, int iters, float hc_eps, float rms_eps, bool norm, const float* norm_w,
-                   float norm_eps, float* mix, float* x_in, float* post, float* comb) {
+                   float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q) {
   pdl_begin();
   extern __shared__ uint4 hsm4[];
   __shared__ bool last;
@@ -330,10 +331,10 @@ __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, parts = (blockDim.x >> 5) - 1;
     const double ss = warp_sum(lane < parts ? ss_part[lane] : 0.0);
     hc_pre_tail_overlap(xs, n_hc, n, mix, scale, base, iters, hc_eps, inv_rms_of(ss, width, rms_eps), norm, norm_w,
-                        norm_eps, xi, x_in, post, comb);
+                        norm_eps, xi, x_in, post, comb, q);
   } else {
     hc_pre_row(xs, n_hc, n, mix, scale, base, iters, hc_eps, rms_eps, xi, post, comb);
-    if (norm) rms_store(xi, norm_w, n, block_inv_rms(xi, n, norm_eps), x_in);
+    if (norm) rms_store(xi, norm_w, n, block_inv_rms(xi, n, norm_eps), x_in, q);
   }
 }
 
@@ -367,7 +368,7 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s) {
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q) {
   const bool head = post == nullptr;
   const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
   const size_t es = wtype == 0 ? 4 : 2;
@@ -381,7 +382,7 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
   auto run = [&](auto kernel) {
     gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
     launch(kernel, static_cast<unsigned>(n_mix), 1024, smem, s, fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
-           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb);
+           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb, q);
   };
   if (overlap) {
     if (wtype == 0)

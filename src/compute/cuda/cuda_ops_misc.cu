@@ -65,10 +65,11 @@ __global__ void k_add(float* y, const float* x, int64_t n) {
 
 // ---- RMSNorm: one block per row; sum of squares in double (exact products) -----------------
 
-__global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y) {
+// q: the Q8_0 copy of a one-row output (n % 32 == 0), or none.
+__global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps, float* y, Q8Out q) {
   pdl_begin();
   const float* xr = x + blockIdx.x * n;
-  rms_store(xr, w, n, block_inv_rms(xr, n, eps), y + blockIdx.x * n);
+  rms_store(xr, w, n, block_inv_rms(xr, n, eps), y + blockIdx.x * n, q);
 }
 
 // ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
@@ -197,8 +198,9 @@ __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, fl
 
 // ---- SwiGLU ---------------------------------------------------------------------------------
 
+// q: the Q8_0 copy of a one-row output (n % 32 == 0, so whole warps stay or leave), or none.
 __global__ void k_swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
-                         float* h) {
+                         float* h, Q8Out q) {
   pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
@@ -209,7 +211,9 @@ __global__ void k_swiglu(const float* g, const float* u, int64_t rows, int64_t n
   }
   const float silu = gv / (1.0f + expf_ref(-gv));
   const float wt = weights ? weights[i / n] : 1.0f;
-  h[i] = silu * uv * wt;
+  const float v = silu * uv * wt;
+  h[i] = v;
+  if (q.qs) q8_0_block_warp(v, static_cast<int>(i & 31), q.qs + (i & ~int64_t{31}), q.d + i / 32);
 }
 
 // ---- embedding lookup: one block per token --------------------------------------------------
@@ -347,9 +351,9 @@ void add(float* y, const float* x, int64_t n, cudaStream_t s) {
   check_launch("add");
 }
 
-void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s) {
+void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s, Q8Out q) {
   if (rows <= 0 || n <= 0) return;
-  launch(k_rms_norm, grid_for(rows, 1), 1024, 0, s, x, w, n, eps, y);
+  launch(k_rms_norm, grid_for(rows, 1), 1024, 0, s, x, w, n, eps, y, q);
   check_launch("rms_norm");
 }
 
@@ -374,9 +378,9 @@ void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kin
 }
 
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
-            cudaStream_t s) {
+            cudaStream_t s, Q8Out q) {
   if (rows <= 0 || n <= 0) return;
-  launch(k_swiglu, grid_for(rows * n, 256), 256, 0, s, g, u, rows, n, limit, weights, h);
+  launch(k_swiglu, grid_for(rows * n, 256), 256, 0, s, g, u, rows, n, limit, weights, h, q);
   check_launch("swiglu");
 }
 

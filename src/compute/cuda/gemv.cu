@@ -16,6 +16,7 @@
 
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_quant_act.cuh"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
@@ -53,12 +54,6 @@ size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 // ---- activation quantization --------------------------------------------------------------
 
-// quant.cpp's rounded_to_i8: the low byte of the truncated value, 0 for +-inf/NaN (x86).
-__device__ __forceinline__ int8_t rounded_to_i8(float v) {
-  const int32_t i = (v >= -2147483648.0f && v < 2147483648.0f) ? static_cast<int32_t>(v) : INT32_MIN;
-  return static_cast<int8_t>(i);
-}
-
 // quant::quantize_row_q8_0: one warp per 32-value block, lane j holds value j.
 __global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t rows, int64_t n, int64_t x_stride,
                                                          int8_t* qs, float* d) {
@@ -68,14 +63,7 @@ __global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (blk >= rows * nb) return;  // whole warps leave together
   const int64_t r = blk / nb, b = blk % nb;
-  const float v = x[r * x_stride + 32 * b + lane];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float dv = __fdiv_rn(amax, 127.0f);
-  const float id = dv != 0.0f ? __fdiv_rn(1.0f, dv) : 0.0f;
-  qs[r * n + 32 * b + lane] = rounded_to_i8(roundf(__fmul_rn(v, id)));
-  if (lane == 0) d[blk] = __half2float(__float2half_rn(dv));
+  q8_0_block_warp(x[r * x_stride + 32 * b + lane], lane, qs + r * n + 32 * b, d + blk);
 }
 
 // quant::quantize_row_q8_K: one warp per 256-value block, lane l holds values 8l .. 8l+7.
@@ -569,12 +557,12 @@ void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_
 }  // namespace gemv_detail
 
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
-            bool float_acts, cudaStream_t stream) {
-  matmul_grouped(w, 1, x, rows, y, x_stride, y_stride, float_acts, stream);
+            bool float_acts, cudaStream_t stream, const PreQ8* pre) {
+  matmul_grouped(w, 1, x, rows, y, x_stride, y_stride, float_acts, stream, pre);
 }
 
 void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
-                    int64_t y_stride, bool float_acts, cudaStream_t stream) {
+                    int64_t y_stride, bool float_acts, cudaStream_t stream, const PreQ8* pre) {
   if (rows < 0) fail("CUDA matmul: negative row count {}", rows);
   check_matrix(w, "matmul");
   if (groups < 1 || w.n_out % groups != 0)
@@ -623,8 +611,10 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     const GgmlType at = quant::vec_dot_type(w.type);
     if (x_len % traits(at).block_elems != 0)
       fail("CUDA matmul: activation row of {} is not a whole number of {} blocks", x_len, traits(at).name);
-    Scratch buf(act_bytes(at, rows, x_len), stream);
-    const ActQ aq = quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
+    const bool use_pre = pre && pre->qs && rows == 1 && at == GgmlType::Q8_0 && pre->n == x_len;
+    Scratch buf(use_pre ? 0 : act_bytes(at, rows, x_len), stream);
+    const ActQ aq = use_pre ? ActQ{pre->qs, pre->d, nullptr, x_len}
+                            : quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
     if (rows == 1 && !staged_only) {
       const int64_t nb = w.n_in / F::kBE;
       if constexpr (std::is_same_v<F, FmtQ8_0>)
@@ -650,7 +640,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
 }
 
 void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, const PreQ8* pre) {
   if (count <= 0) return;
   const bool staged_only = staged_gemv_only();
   for (int i = 1; i < count; ++i)
@@ -668,15 +658,17 @@ void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, f
       q.push_back(ws[i]);
       qy.push_back(ys[i]);
     } else {
-      matmul(ws[i], x, rows, ys[i], 0, 0, float_acts, stream);
+      matmul(ws[i], x, rows, ys[i], 0, 0, float_acts, stream, pre);
     }
   }
   if (q.empty()) return;
   if (!x) fail("CUDA matmul: null activation pointer");
   const int64_t n = q[0].n_in;
   if (n % 32 != 0) fail("CUDA matmul: activation row of {} is not a whole number of q8_0 blocks", n);
-  Scratch buf(act_bytes(GgmlType::Q8_0, 1, n), stream);
-  const ActQ aq = quantize_acts(GgmlType::Q8_0, x, 1, n, n, buf.get(), stream);
+  const bool use_pre = pre && pre->qs && pre->n == n;
+  Scratch buf(use_pre ? 0 : act_bytes(GgmlType::Q8_0, 1, n), stream);
+  const ActQ aq =
+      use_pre ? ActQ{pre->qs, pre->d, nullptr, n} : quantize_acts(GgmlType::Q8_0, x, 1, n, n, buf.get(), stream);
   for (size_t i0 = 0; i0 < q.size(); i0 += kMaxMany) {
     const int c = static_cast<int>(std::min<size_t>(kMaxMany, q.size() - i0));
     launch_wmatmul_q8_0(q.data() + i0, qy.data() + i0, c, 0, aq, stream);

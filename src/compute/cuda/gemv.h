@@ -30,6 +30,15 @@ struct DevExperts {
   size_t expert_stride = 0;  // bytes
 };
 
+// A one-row activation's Q8_0 quantization already on the device (qs: n bytes, d: n/32 floats,
+// as quantize_acts lays them out): a one-row product with Q8_0 activations uses it instead of
+// quantizing x again (the CUDA backend's DS4_CUDA_FUSE_QUANT; the caller vouches that it is x's).
+struct PreQ8 {
+  const int8_t* qs = nullptr;
+  const float* d = nullptr;
+  int64_t n = 0;
+};
+
 // True when matmul/moe_experts handle this weight type.
 bool gemv_supports(GgmlType type);
 
@@ -37,18 +46,18 @@ bool gemv_supports(GgmlType type);
 // Temporary buffers come from the stream-ordered allocator (cudaMallocAsync).
 // Throws ds4::Error naming the kernel on a launch failure.
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
-            bool float_acts, cudaStream_t stream);
+            bool float_acts, cudaStream_t stream, const PreQ8* pre = nullptr);
 
 // ys[i] = ws[i] . x (dense strides) for i < count, all ws of one n_in: one activation
 // quantization per format and, for one-row Q8_0 products, one launch for all of them.
 void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
-                 cudaStream_t stream);
+                 cudaStream_t stream, const PreQ8* pre = nullptr);
 
 // Grouped rows: W's n_out rows split into `groups` equal groups; output row o of group g reads
 // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in long), i.e. group g's
 // slice (compute::Backend::matmul_grouped). groups = 1 is matmul.
 void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
-                    int64_t y_stride, bool float_acts, cudaStream_t stream);
+                    int64_t y_stride, bool float_acts, cudaStream_t stream, const PreQ8* pre = nullptr);
 
 // Routed experts (compute::Backend::moe_experts): for each token t < rows and slot i < k,
 // e = experts[t*k+i], h = silu(min(g,limit)) * clamp(u,-limit,limit) * weights[t*k+i] with

@@ -72,6 +72,21 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   HcMix mix = hc_pre(L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale, X, L.ffn_norm);
   const FBuf& f = mix.x_in;  // normalized by ffn_norm
 
+  // The shared expert first, right after the norm that produced f: it does not depend on the
+  // routing, and a backend that keeps the norm's quantized copy of f for the next products
+  // (CUDA's DS4_CUDA_FUSE_QUANT) can use it before the routing ops intervene. Added to the
+  // routed experts' sum at the end, as before.
+  FBuf ys;
+  if (L.has_shared) {
+    const int64_t sff = L.gate_sh.n_out;
+    FBuf gs = buf(n_ * sff), us = buf(n_ * sff), hs = buf(n_ * sff);
+    const compute::Matrix* sw[] = {&L.gate_sh, &L.up_sh};
+    float* sy[] = {gs.data(), us.data()};
+    be_.matmul_many(sw, f.data(), n_, sy);
+    be_.swiglu(gs.data(), us.data(), n_, sff, limit, nullptr, hs.data());
+    ys = project(L.down_sh, hs, n_);
+  }
+
   FBuf logits = project(L.router, f, n_);
   compute::Buffer<int32_t> experts(be_, static_cast<size_t>(n_ * K));
   FBuf weights = buf(n_ * K);
@@ -98,16 +113,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
                     y.data());
   }
 
-  if (L.has_shared) {
-    const int64_t sff = L.gate_sh.n_out;
-    FBuf gs = buf(n_ * sff), us = buf(n_ * sff), hs = buf(n_ * sff);
-    const compute::Matrix* sw[] = {&L.gate_sh, &L.up_sh};
-    float* sy[] = {gs.data(), us.data()};
-    be_.matmul_many(sw, f.data(), n_, sy);
-    be_.swiglu(gs.data(), us.data(), n_, sff, limit, nullptr, hs.data());
-    FBuf ys = project(L.down_sh, hs, n_);
-    be_.add(y.data(), ys.data(), n_ * d);
-  }
+  if (L.has_shared) be_.add(y.data(), ys.data(), n_ * d);
   hc_post(mix, y, X, Xout);
 }
 
