@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "model/deepseek4/model.h"
+#include "common/test_paths.h"
 
 namespace fs = std::filesystem;
 using namespace ds4;
@@ -20,7 +21,7 @@ int run(const std::string& cmd) { return std::system((cmd + " > /dev/null 2>&1")
 }  // namespace
 
 TEST(FlashShape, Full43LayerTableValidates) {
-  const fs::path p = fs::temp_directory_path() / "ds4_flash43_q2.gguf";
+  const fs::path p = ds4::test::test_tmp_dir() / "ds4_flash43_q2.gguf";
   ASSERT_EQ(run(std::string(DS4_GGUF_BIN) + " synth --preset flash-q2 --sparse-all --out " + p.string()), 0);
   auto m = Model::load(p.string());
   const HParams& h = m->hparams();
@@ -47,14 +48,14 @@ TEST(FlashShape, Full43LayerTableValidates) {
 }
 
 TEST(FlashShape, Q4TableWithOtherExpertTypesValidates) {
-  const fs::path p = fs::temp_directory_path() / "ds4_flash43_q4.gguf";
+  const fs::path p = ds4::test::test_tmp_dir() / "ds4_flash43_q4.gguf";
   ASSERT_EQ(run(std::string(DS4_GGUF_BIN) + " synth --preset flash-q4 --sparse-all --out " + p.string()), 0);
   EXPECT_NO_THROW(Model::load(p.string()));
   fs::remove(p);
 }
 
 TEST(FlashShape, ReducedLayerFileDecodes) {
-  const fs::path p = fs::temp_directory_path() / "ds4_flash4_q2.gguf";
+  const fs::path p = ds4::test::test_tmp_dir() / "ds4_flash4_q2.gguf";
   ASSERT_EQ(run(std::string(DS4_GGUF_BIN) + " synth --preset flash-q2 --layers 4 --sparse --out " + p.string()), 0);
   auto m = Model::load(p.string());
   ThreadPool pool(0);

@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+#include "common/test_paths.h"
 
 namespace fs = std::filesystem;
 
@@ -90,7 +91,7 @@ TEST_P(Parity, ConvertedF32MatchesTransformers) {
   const int64_t V = cfg["vocab_size"].get<int64_t>();
   const std::string tok_arg = token_arg(dir);
 
-  const fs::path work = fs::temp_directory_path() / (std::string("ds4_parity_") + GetParam());
+  const fs::path work = ds4::test::test_tmp_dir() / (std::string("ds4_parity_") + GetParam());
   fs::create_directories(work);
   const fs::path gguf = work / "model.gguf";
   ASSERT_EQ(run(std::string(DS4_GGUF_BIN) + " convert-hf --hf " + dir.string() + " --out " + gguf.string() +
@@ -126,7 +127,7 @@ TEST(QuantParity, FlashQ2FileMatchesTransformersOnDecodedWeights) {
   const int64_t V = 256;
   const auto want = read_f32(dir / "logits.f32");
   ASSERT_EQ(want.size() % V, 0u);
-  const fs::path work = fs::temp_directory_path() / "ds4_parity_quant";
+  const fs::path work = ds4::test::test_tmp_dir() / "ds4_parity_quant";
   fs::create_directories(work);
   std::vector<float> q8_prefill;
   for (bool float_acts : {true, false})
@@ -165,7 +166,7 @@ TEST(QuantParity, Q8_0FileMatchesTransformersOnDecodedWeights) {
   const int64_t V = 256;
   const auto want = read_f32(dir / "logits-q8_0.f32");
   ASSERT_EQ(want.size() % V, 0u);
-  const fs::path work = fs::temp_directory_path() / "ds4_parity_q8_0";
+  const fs::path work = ds4::test::test_tmp_dir() / "ds4_parity_q8_0";
   fs::remove_all(work);
   fs::create_directories(work);
   ASSERT_EQ(run("python3 " + std::string(DS4_SOURCE_DIR) + "/tools/oracle/deepseek4/make_quant_model.py " +
@@ -192,7 +193,7 @@ TEST(QuantParity, Q8_0FileMatchesTransformersOnDecodedWeights) {
 }
 
 TEST(Ds4Cli, ErrorsExitNonZeroWithMessage) {
-  const fs::path work = fs::temp_directory_path() / "ds4_cli_err";
+  const fs::path work = ds4::test::test_tmp_dir() / "ds4_cli_err";
   fs::create_directories(work);
   EXPECT_NE(run(std::string(DS4_BIN) + " -m " + (work / "nope.gguf").string() + " --tokens 1 --dump-logits " +
                 (work / "o.f32").string()),

@@ -18,6 +18,7 @@
 #include "ds4/tokenizer.h"
 #include "gguf/gguf.h"
 #include "tokenizer/vocab.h"
+#include "common/test_paths.h"
 
 namespace {
 using ds4::tokenizer::TokenType;
@@ -78,7 +79,7 @@ TEST(ConvertVocab, WrittenKeysLoadAsTheEngineTokenizerWithHfIds) {
   shape.bos_id = 0;
   shape.eos_id = 1;
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("ds4_convert_vocab_" + std::to_string(::getpid()) + ".gguf")).string();
+      (ds4::test::test_tmp_dir() / ("ds4_convert_vocab_" + std::to_string(::getpid()) + ".gguf")).string();
   {
     ds4::gguf::Writer w(path);
     ds4::convert::add_vocab_metadata(w, ds4::convert::vocab_from_tokenizer_json(tokenizer_json(), shape.vocab), shape);
@@ -120,7 +121,7 @@ TEST(ConvertVocab, BosBeyondTheVocabularyIsRefused) {
   ds4::convert::ModelShape shape;
   shape.vocab = 300;
   shape.bos_id = 300;
-  const std::string path = (std::filesystem::temp_directory_path() / "ds4_convert_vocab_bad.gguf").string();
+  const std::string path = (ds4::test::test_tmp_dir() / "ds4_convert_vocab_bad.gguf").string();
   ds4::gguf::Writer w(path);
   EXPECT_THROW(ds4::convert::add_vocab_metadata(w, ds4::convert::byte_vocab(300), shape), ds4::Error);
   std::remove(path.c_str());
@@ -138,7 +139,7 @@ TEST(ConvertVocab, DemoModelVocabularyKeysAreUnchanged) {
   shape.bos_id = 0;
   shape.eos_id = 1;
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("ds4_convert_demo_vocab_" + std::to_string(::getpid()) + ".gguf")).string();
+      (ds4::test::test_tmp_dir() / ("ds4_convert_demo_vocab_" + std::to_string(::getpid()) + ".gguf")).string();
   {
     ds4::gguf::Writer w(path);
     ds4::convert::add_vocab_metadata(

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/deepseek4/model.h"
 #include "synthetic_model.h"
+#include "common/test_paths.h"
 
 using namespace ds4;
 using namespace ds4::model::deepseek4;
@@ -18,7 +19,7 @@ using ::testing::HasSubstr;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ds4_model_" + name + ".gguf")).string();
+  return (ds4::test::test_tmp_dir() / ("ds4_model_" + name + ".gguf")).string();
 }
 
 // Loads a file written from `c` and returns the error message ("" when it loads).

@@ -13,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "model/deepseek4/model.h"
 #include "synthetic_model.h"
+#include "common/test_paths.h"
 
 using namespace ds4;
 using namespace ds4::model::deepseek4;
@@ -21,7 +22,7 @@ using ds4::test::SynthConfig;
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ds4_fwd_" + name + ".gguf")).string();
+  return (ds4::test::test_tmp_dir() / ("ds4_fwd_" + name + ".gguf")).string();
 }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {

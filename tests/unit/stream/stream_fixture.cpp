@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include "common/test_paths.h"
 
 namespace ds4::test {
 
@@ -22,7 +23,7 @@ SynthConfig stream_config(uint32_t seed) {
 }
 
 std::string tmp_file(const std::string& name) {
-  return (std::filesystem::temp_directory_path() / ("ds4_stream_" + name)).string();
+  return (ds4::test::test_tmp_dir() / ("ds4_stream_" + name)).string();
 }
 
 std::string write_stream_model(const std::string& name, const SynthConfig& c) {
