@@ -164,6 +164,16 @@ class CudaBackend final : public Backend {
   void qact_commit(const cuda::Q8Out& q, const float* y, int64_t n);
   const cuda::PreQ8* qact_for(const float* x, int64_t rows) const;
   void qact_clobbered(const float* y, int64_t rows, int64_t y_stride, int64_t n_out);
+  // DS4_CUDA_Q8_SPLIT=1: a split-layout copy (cuda::q8_0_split_rows) of each Q8_0 matrix, made on
+  // its first use by any product outside a recorded step (the step a graph records has run op
+  // by op once before), keyed by the device data pointer; the one-row Q8_0
+  // kernels read it with 16-byte loads. Costs the matrices' size again in device memory: no
+  // copy is made once less than 2 GiB would stay free.
+  bool q8_split_ = false;
+  bool q8_split_full_ = false;
+  std::map<const uint8_t*, uint8_t*> q8_splits_;
+  size_t q8_split_bytes_ = 0;
+  void with_q8_split(cuda::DevMatrix& dm, int64_t rows);
   bool rec_ = false;                     // recording a step now
   int64_t rec_pos_ = 0;
   int32_t rec_token_ = 0;
@@ -298,6 +308,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   hc_overlap_ = ho && std::strcmp(ho, "1") == 0;
   const char* fq = std::getenv("DS4_CUDA_FUSE_QUANT");
   qact_on_ = fq && std::strcmp(fq, "1") == 0 && !opt_.float_activations;
+  const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
+  q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
   if (qact_on_) {
     check(cudaMalloc(reinterpret_cast<void**>(&qact_qs_), kQactCap), "cudaMalloc(activation Q8_0 copy)");
     check(cudaMalloc(reinterpret_cast<void**>(&qact_d_), kQactCap / 32 * sizeof(float)),
@@ -323,6 +335,7 @@ CudaBackend::~CudaBackend() {
   if (h_step_) cudaFreeHost(h_step_);
   if (qact_qs_) cudaFree(qact_qs_);
   if (qact_d_) cudaFree(qact_d_);
+  for (auto& [k, p] : q8_splits_) cudaFree(p);
   cuda::block_cache().trim();
   if (prof_) {
     try {
@@ -673,6 +686,32 @@ void CudaBackend::qact_clobbered(const float* y, int64_t rows, int64_t y_stride,
   if (a0 < b1 && b0 < a1) qact_forget();
 }
 
+void CudaBackend::with_q8_split(cuda::DevMatrix& dm, int64_t) {
+  // Made on any first use, so a prompt's prefill pays for the copy rather than the first decode
+  // step (measured on the GPU: made in the first step, it cost 5% of a 64-token decode run).
+  if (!q8_split_ || !cuda::q8_0_splittable(dm)) return;
+  if (auto it = q8_splits_.find(dm.data); it != q8_splits_.end()) {
+    dm.q8_split = it->second;
+    return;
+  }
+  if (rec_ || q8_split_full_) return;
+  const size_t bytes = static_cast<size_t>(dm.n_out) * static_cast<size_t>(dm.n_in / 32) * 34;
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  uint8_t* dst = nullptr;
+  if (bytes + (size_t{2} << 30) > free_b || cudaMalloc(reinterpret_cast<void**>(&dst), bytes) != cudaSuccess) {
+    cudaGetLastError();
+    q8_split_full_ = true;
+    std::fprintf(stderr, "cuda: Q8_0 split copies stop at %.2f GB (%.2f GB free): later matrices use the file layout\n",
+                 q8_split_bytes_ / 1e9, free_b / 1e9);
+    return;
+  }
+  cuda::q8_0_split_rows(dm, dst, stream_);
+  q8_splits_.emplace(dm.data, dst);
+  q8_split_bytes_ += bytes;
+  dm.q8_split = dst;
+}
+
 // ---- ops --------------------------------------------------------------------------------------
 
 void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
@@ -681,6 +720,7 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
   if (rows <= 0) return;
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
+  with_q8_split(dm, rows);
   cuda::matmul(dm, x, rows, y, x_stride ? x_stride : w.n_in, y_stride ? y_stride : w.n_out, opt_.float_activations,
                stream_, qact_for(x, rows));
   qact_clobbered(y, rows, y_stride ? y_stride : w.n_out, w.n_out);
@@ -696,6 +736,7 @@ void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x,
   for (const Matrix* w : ws) {
     if (!cuda::gemv_supports(w->type)) fail("CUDA matmul: weight type {} is not supported", traits(w->type).name);
     dm.push_back(dev_matrix(*w, "matmul_many", "W"));
+    with_q8_split(dm.back(), rows);
   }
   cuda::matmul_many(dm.data(), static_cast<int>(dm.size()), x, rows, ys.data(), opt_.float_activations, stream_,
                     qact_for(x, rows));
@@ -709,6 +750,7 @@ void CudaBackend::matmul_grouped(const Matrix& w, int64_t groups, const float* x
   if (rows <= 0) return;
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul_grouped", "W");
+  with_q8_split(dm, rows);
   cuda::matmul_grouped(dm, groups, x, rows, y, x_stride, y_stride, opt_.float_activations, stream_, qact_for(x, rows));
   qact_clobbered(y, rows, y_stride ? y_stride : w.n_out, w.n_out);
 }
@@ -909,7 +951,9 @@ void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
 // ---- decode-step graphs -----------------------------------------------------------------------
 
 std::string CudaBackend::step_stats() const {
-  return fmt::format("step graphs: {} recorded, {} replays{}", recorded_, replays_, graphs_ ? "" : " (off)");
+  std::string r = fmt::format("step graphs: {} recorded, {} replays{}", recorded_, replays_, graphs_ ? "" : " (off)");
+  if (q8_split_) r += fmt::format("; Q8_0 split copies: {} matrices, {:.2f} GB", q8_splits_.size(), q8_split_bytes_ / 1e9);
+  return r;
 }
 
 void CudaBackend::launch_step(StepGraph& g, int64_t pos, int32_t token) {

@@ -539,10 +539,21 @@ bool q8_wide() {
   return on;
 }
 
-// The one-row Q8_0 products of `count` matrices (warp rows), in the load variant chosen.
+// The one-row Q8_0 products of `count` matrices (warp rows), in the load variant chosen: the
+// split copies when every matrix has one (the backend made them), else the file's layout.
 void launch_wmatmul_q8_0(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
                          cudaStream_t s) {
-  if (q8_wide())
+  bool split = true;
+  for (int m = 0; m < count; ++m) split = split && ws[m].q8_split != nullptr;
+  if (split) {
+    DevMatrix sw[kMaxMany];
+    for (int m = 0; m < count; ++m) {
+      sw[m] = ws[m];
+      sw[m].data = ws[m].q8_split;
+      sw[m].row_stride = static_cast<size_t>(ws[m].n_in / 32) * 34;
+    }
+    launch_wmatmul_rows<WarpQ8_0Split>(sw, ys, count, group_rows, aq, s);
+  } else if (q8_wide())
     launch_wmatmul_rows<WarpQ8_0Wide>(ws, ys, count, group_rows, aq, s);
   else
     launch_wmatmul_rows<WarpQ8_0>(ws, ys, count, group_rows, aq, s);
@@ -553,8 +564,39 @@ void launch_wmatmul(const DevMatrix& w, const ActQ& aq, float* y, int64_t group_
   launch_wmatmul_rows<W>(&w, &y, 1, group_rows, aq, s);
 }
 
+// One thread per block: the 32 quants to 32 * b (two 16-byte stores), the scale to the row's
+// scale array.
+__global__ void k_q8_0_split(const uint8_t* src, size_t src_stride, int64_t n_out, int64_t nb, uint8_t* dst) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n_out * nb) return;
+  const int64_t o = i / nb, b = i % nb;
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(src + o * src_stride + b * 34);  // 2-byte aligned
+  uint32_t q[8];
+#pragma unroll
+  for (int t = 0; t < 8; ++t) q[t] = h[1 + 2 * t] | (static_cast<uint32_t>(h[2 + 2 * t]) << 16);
+  uint8_t* row = dst + o * nb * 34;
+  uint4* qd = reinterpret_cast<uint4*>(row + 32 * b);
+  qd[0] = make_uint4(q[0], q[1], q[2], q[3]);
+  qd[1] = make_uint4(q[4], q[5], q[6], q[7]);
+  reinterpret_cast<uint16_t*>(row + 32 * nb)[b] = h[0];
+}
+
 }  // namespace
 }  // namespace gemv_detail
+
+bool q8_0_splittable(const DevMatrix& w) {
+  return w.type == GgmlType::Q8_0 && w.n_in > 0 && w.n_in % 256 == 0 && w.n_out > 0;
+}
+
+void q8_0_split_rows(const DevMatrix& w, uint8_t* dst, cudaStream_t stream) {
+  if (!q8_0_splittable(w)) fail("CUDA q8_0 split: {} x {} {} rows cannot take the split layout", w.n_out, w.n_in,
+                                type_name(w.type));
+  const int64_t nb = w.n_in / 32, n = w.n_out * nb;
+  launch(gemv_detail::k_q8_0_split, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, w.data, w.row_stride,
+         w.n_out, nb, dst);
+  gemv_detail::check_launch("q8_0 split rows");
+}
 
 void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride,
             bool float_acts, cudaStream_t stream, const PreQ8* pre) {

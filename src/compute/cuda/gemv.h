@@ -22,6 +22,9 @@ struct DevMatrix {
   const uint8_t* data = nullptr;  // device
   int64_t n_in = 0, n_out = 0;
   size_t row_stride = 0;  // bytes
+  // Q8_0 only, optional (the CUDA backend's DS4_CUDA_Q8_SPLIT=1): a device copy of the rows in
+  // the split layout of q8_0_split_rows, which the one-row products read with 16-byte loads.
+  const uint8_t* q8_split = nullptr;
 };
 
 struct DevExperts {
@@ -38,6 +41,13 @@ struct PreQ8 {
   const float* d = nullptr;
   int64_t n = 0;
 };
+
+// Q8_0 rows in the split layout: row o at dst + o * (nb * 34), its nb blocks' 32 quants first
+// (block b at 32 * b, 16-byte aligned when nb % 8 == 0), then their nb f16 scales. Same bytes,
+// same size; the file's layout (a 2-byte scale before each block's quants) stays in `w.data`.
+// q8_0_splittable: the layout's alignment holds for w (nb a multiple of 8).
+bool q8_0_splittable(const DevMatrix& w);
+void q8_0_split_rows(const DevMatrix& w, uint8_t* dst, cudaStream_t stream);
 
 // True when matmul/moe_experts handle this weight type.
 bool gemv_supports(GgmlType type);

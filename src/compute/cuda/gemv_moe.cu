@@ -392,6 +392,47 @@ __global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pai
   h[i] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
 }
 
+// DS4_CUDA_MOE_PAIR=1 (not yet measured on a GPU): blockIdx.y = pair p0 + y; warp = output row
+// o of both gate and up (warp_qdot2: one activation read for the two rows), then h[p][o] =
+// swiglu(g, u, limit) * weight[p] as k_wmoe_swiglu computes it, without the gu round trip or
+// its launch.
+template <class W, bool kSmemGrid>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
+    k_wmoe_gate_up_pair(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff, int64_t n_expert, ActQ aq,
+                        const int32_t* experts, const float* weights, int64_t k, int64_t p0, float limit, float* h,
+                        const uint2* grid) {
+  pdl_begin();
+  __shared__ float tsm[kWarpRowsPerBlock][2 * kWarpMaxBlocks];
+  __shared__ uint2 grid_sh[kSmemGrid ? 256 : 1];
+  if constexpr (kSmemGrid) {
+    static_assert(32 * kWarpRowsPerBlock == 256, "one grid entry per thread");
+    grid_sh[threadIdx.x] = __ldg(grid + threadIdx.x);
+    __syncthreads();
+    grid = grid_sh;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
+  const int64_t p = p0 + blockIdx.y;
+  if (o >= n_ff) return;  // whole warp
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {
+    if (lane == 0) h[p * n_ff + o] = __int_as_float(0x7fc00000);
+    return;
+  }
+  float gv, uv;
+  warp_qdot2<W, kSmemGrid>(gate.data + e * gate.expert_stride + o * gate.row_stride,
+                           up.data + e * up.expert_stride + o * up.row_stride, warp_act<W>(aq, p / k, 0),
+                           static_cast<int>(n_in / 256), tsm[warp], grid, gv, uv);
+  if (lane != 0) return;
+  if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
+  if (limit > 0.0f) {
+    gv = limit < gv ? limit : gv;
+    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);
+  }
+  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
+  h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+}
+
 // blockIdx.y = pair p0 + y; warp = one output row: out[p][o] = down_e . h[p] (kPost applied);
 // k_moe_slot_sum then adds the token's slots in order.
 template <class W>
@@ -444,6 +485,15 @@ bool moe_smem_grid() {
   return on;
 }
 
+// DS4_CUDA_MOE_PAIR=1 (A/B): gate and up rows in one warp with the SwiGLU fused (k_wmoe_gate_up_pair).
+bool moe_pair() {
+  static const bool on = [] {
+    const char* e = std::getenv("DS4_CUDA_MOE_PAIR");
+    return e && std::strcmp(e, "1") == 0;
+  }();
+  return on;
+}
+
 // Both projections on the warp kernels; h: pairs x n_ff scratch.
 void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* h, float* y,
@@ -451,7 +501,24 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
   const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out, pairs = rows * k;
   const uint2* grid = iq2_grid_address();
   constexpr int64_t kMaxY = 65535;
-  {
+  if (moe_pair()) {
+    Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
+    const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    with_warp_format(gate.first.type, [&](auto w) {
+      using W = decltype(w);
+      const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+      for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+        const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+        if (std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid())
+          launch(k_wmoe_gate_up_pair<W, true>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate),
+                 expert_args(up), n_embd, n_ff, gate.n_expert, aq, experts, weights, k, p0, limit, h, grid);
+        else
+          launch(k_wmoe_gate_up_pair<W, false>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate),
+                 expert_args(up), n_embd, n_ff, gate.n_expert, aq, experts, weights, k, p0, limit, h, grid);
+        check_launch("moe_experts gate/up + swiglu (warp row pairs)");
+      }
+    });
+  } else {
     Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
     const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
     Scratch gub(static_cast<size_t>(pairs) * 2 * static_cast<size_t>(n_ff) * sizeof(float), stream);

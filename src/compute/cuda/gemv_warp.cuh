@@ -149,6 +149,35 @@ struct WarpQ8_0Wide : WarpQ8_0 {
   }
 };
 
+// Q8_0 in the split layout (gemv.h q8_0_split_rows; DS4_CUDA_Q8_SPLIT=1, not yet measured on a
+// GPU): a lane reads its block's 32 quants as two 16-byte loads and its scale from the row's
+// scale array (the warp's 32 scales are one 64-byte read), 3 loads instead of 17. Same sums.
+struct WarpQ8_0Split : WarpQ8_0 {
+  static constexpr bool kSplit = true;
+  __device__ static Raw load_split(const uint8_t* row, int b, int nb) {
+    const uint4* q = reinterpret_cast<const uint4*>(row + 32 * static_cast<size_t>(b));
+    const uint4 a = __ldg(q), c = __ldg(q + 1);
+    Raw r;
+    r.q[0] = a.x, r.q[1] = a.y, r.q[2] = a.z, r.q[3] = a.w;
+    r.q[4] = c.x, r.q[5] = c.y, r.q[6] = c.z, r.q[7] = c.w;
+    r.d = __ldg(reinterpret_cast<const uint16_t*>(row + 32 * static_cast<size_t>(nb)) + b);
+    return r;
+  }
+};
+
+// Block b of a row (nb blocks) for lane sub-index j: the file's layout, or the split one.
+template <class W, class = void>
+struct HasSplit : std::false_type {};
+template <class W>
+struct HasSplit<W, std::void_t<decltype(W::kSplit)>> : std::true_type {};
+template <class W>
+__device__ __forceinline__ typename W::Raw load_block(const uint8_t* row, int b, int nb, int j) {
+  if constexpr (HasSplit<W>::value)
+    return W::load_split(row, b, nb);
+  else
+    return W::load(row + static_cast<size_t>(b) * W::kBB, j);
+}
+
 // The terms of tsm[0..nb) added in the CPU's order (8 partials folded, or one running sum);
 // every lane gets the sum.
 template <class W>
@@ -195,7 +224,7 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
     int i0 = 0, i1 = 0;
     typename W::Raw raw;
     if (b < nb) {
-      raw = W::load(row + static_cast<size_t>(b) * W::kBB, j);
+      raw = load_block<W>(row, b, nb, j);
       W::template sums<kSmemGrid>(raw, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0, i1);
     }
 #pragma unroll
@@ -209,6 +238,47 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
   const float r = warp_sum_terms<W>(tsm, nb);
   __syncwarp();  // tsm is free for the next call
   return r;
+}
+
+// Two rows against the same activation in one pass loop (the MoE gate and up rows of one
+// expert, DS4_CUDA_MOE_PAIR=1, not yet measured on a GPU): each pass loads both rows' blocks
+// before either is reduced, so a lane has two independent load streams, and the activation
+// block it reads serves both (ncu: the one-row kernel's activation reads were 4x its weight
+// bytes). ra and rb are warp_qdot's results for each row, bit for bit. tsm: 2 x nb floats.
+template <class W, bool kSmemGrid = false>
+__device__ void warp_qdot2(const uint8_t* row_a, const uint8_t* row_b, const WarpAct& act, int nb, float* tsm,
+                           const uint2* grid, float& ra, float& rb) {
+  constexpr int S = W::kSubs, kPerPass = 32 / S;
+  const int lane = threadIdx.x & 31, j = lane % S;
+  float* tsm_b = tsm + nb;
+#pragma unroll 2
+  for (int b0 = 0; b0 < nb; b0 += kPerPass) {
+    const int b = b0 + lane / S;
+    int a0 = 0, a1 = 0, c0 = 0, c1 = 0;
+    typename W::Raw wa, wb;
+    if (b < nb) {
+      wa = load_block<W>(row_a, b, nb, j);
+      wb = load_block<W>(row_b, b, nb, j);
+      W::template sums<kSmemGrid>(wa, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, a0, a1);
+      W::template sums<kSmemGrid>(wb, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, c0, c1);
+    }
+#pragma unroll
+    for (int o = S / 2; o > 0; o >>= 1) {
+      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
+      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
+      c0 += __shfl_xor_sync(0xffffffffu, c0, o);
+      c1 += __shfl_xor_sync(0xffffffffu, c1, o);
+    }
+    if (j == 0 && b < nb) {
+      const float ad = __ldg(act.d + b);
+      tsm[b] = W::term(wa, ad, a0, a1);
+      tsm_b[b] = W::term(wb, ad, c0, c1);
+    }
+  }
+  __syncwarp();
+  ra = warp_sum_terms<W>(tsm, nb);
+  rb = warp_sum_terms<W>(tsm_b, nb);
+  __syncwarp();  // tsm is free for the next call
 }
 
 // Passes for nb blocks (a compile-time count of the supported shapes), 0 when none fits.
