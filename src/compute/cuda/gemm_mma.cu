@@ -184,10 +184,33 @@ bool mma_enabled() {
   return on;
 }
 
-bool mma_applies(const DevMatrix& w, int64_t rows, int64_t group_rows) {
-  if (!mma_enabled() || w.type != GgmlType::Q8_0 || rows < kMmaMinRows) return false;
+bool mma_supports(const DevMatrix& w, int64_t rows, int64_t group_rows) {
+  if (w.type != GgmlType::Q8_0 || rows < kMmaMinRows) return false;
   if (group_rows > 0 && group_rows % kBM != 0) return false;
   return w.n_in % 32 == 0 && w.n_in <= (int64_t{1} << 24);
+}
+
+bool mma_applies(const DevMatrix& w, int64_t rows, int64_t group_rows) {
+  return mma_enabled() && mma_supports(w, rows, group_rows);
+}
+
+void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
+                int64_t y_stride, cudaStream_t stream) {
+  check_matrix(w, "mma matmul");
+  if (rows < 0) fail("CUDA mma matmul: negative row count {}", rows);
+  if (groups < 1 || w.n_out % groups != 0) fail("CUDA mma matmul: {} rows do not split into {} groups", w.n_out, groups);
+  const int64_t group_rows = groups > 1 ? w.n_out / groups : 0;
+  if (!mma_supports(w, rows, group_rows))
+    fail("CUDA mma matmul: {} x {} {} weights, {} rows, {} groups: not supported", w.n_out, w.n_in,
+         w.type == GgmlType::Q8_0 ? "q8_0" : "non-q8_0", rows, groups);
+  if (!x || !y) fail("CUDA mma matmul: null activation or output pointer");
+  const int64_t x_len = groups * w.n_in;
+  if (x_stride == 0) x_stride = x_len;
+  if (y_stride == 0) y_stride = w.n_out;
+  if (x_stride < x_len || y_stride < w.n_out) fail("CUDA mma matmul: strides {} / {} too short", x_stride, y_stride);
+  Scratch buf(act_bytes(GgmlType::Q8_0, rows, x_len), stream);
+  const ActQ aq = quantize_acts(GgmlType::Q8_0, x, rows, x_len, x_stride, buf.get(), stream);
+  mma_matmul_q8_0(w, aq, rows, group_rows, y, y_stride, stream);
 }
 
 void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
