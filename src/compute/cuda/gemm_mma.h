@@ -34,4 +34,12 @@ void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t g
 void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
                 int64_t y_stride, cudaStream_t stream);
 
+// Routed experts (gemv.h moe_experts, float_acts off) on tensor cores (gemm_moe_mma.cu): when
+// enabled, IQ2_XXS gate/up, Q2_K down, widths multiples of 256 and rows * k >= kMmaMinRows.
+bool mma_moe_applies(const DevExperts& gate, const DevExperts& up, const DevExperts& down, int64_t rows, int64_t k);
+// moe_experts' contract, the CPU's values bit for bit (gemm_moe_mma.cuh).
+void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
+             const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
+             cudaStream_t stream);
+
 }  // namespace ds4::cuda::gemv_detail
