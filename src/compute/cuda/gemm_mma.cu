@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemm_mma.cuh"
 #include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemv_internal.h"
@@ -50,6 +52,7 @@ __device__ __forceinline__ void mma_s8(int d[4], const uint32_t a[4], const uint
 // Weight rows [first, first + n_pad) of w (rows >= n_valid are padding) into wq / wd.
 __global__ void k_repack_w(const uint8_t* w, size_t row_stride, int64_t first, int64_t n_valid, int64_t n_pad,
                            KLayout L, int8_t* wq, float* wd) {
+  pdl_begin();
   const int64_t it = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (it >= n_pad * L.KP) return;
   const int64_t o = it / L.KP;
@@ -62,6 +65,7 @@ __global__ void k_repack_w(const uint8_t* w, size_t row_stride, int64_t first, i
 // Activation rows [0, rows_pad) x groups (rows >= rows are padding) into aq / ad.
 __global__ void k_repack_a(ActQ a, int64_t rows, int64_t rows_pad, int64_t groups, int64_t n_in, KLayout L, int8_t* aq,
                            float* ad) {
+  pdl_begin();
   const int64_t it = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (it >= rows_pad * groups * L.KP) return;
   const int64_t rg = it / L.KP;  // row * groups + group
@@ -100,10 +104,13 @@ __device__ __forceinline__ void issue_stage(const TileSrc& T, int q0, uint32_t s
   }
 }
 
-template <int S>
+// kOneSlot: every term into slot 0 (not the CPU's order; a timing reference for what the 4 live
+// slots cost, cuda_mma_check).
+template <int S, bool kOneSlot>
 __device__ __forceinline__ void run_segment(Acc& acc, const TileSrc& T, uint8_t* smem, uint32_t smem_u32, int& ci,
                                             int nchunks, int cps, int lane, int warp) {
-  begin_segment<S>(acc);
+  constexpr int kSlot = kOneSlot ? 0 : seg_slot(S);
+  if (!kOneSlot || S == 0) begin_segment<kOneSlot ? 0 : S>(acc);
   for (int c = 0; c < cps; ++c, ++ci) {
     cp_async_wait<kStages - 2>();  // chunk ci has landed (this thread's copies) ...
     __syncthreads();               // ... everyone's, and everyone is done with chunk ci - 1's stage
@@ -121,15 +128,17 @@ __device__ __forceinline__ void run_segment(Acc& acc, const TileSrc& T, uint8_t*
         for (int nt = 0; nt < kNT; ++nt) {
           int d[4];
           mma_s8(d, f.a[mt], f.b[nt]);
-          epilogue<seg_slot(S)>(acc, f, mt, nt, d);
+          epilogue<kSlot>(acc, f, mt, nt, d);
         }
     }
   }
-  end_segment<S>(acc);
+  if constexpr (!kOneSlot) end_segment<S>(acc);
 }
 
 // Block (kBM weight rows) x (kBN activation rows) = blockIdx.x, blockIdx.y.
+template <bool kOneSlot>
 __global__ void __launch_bounds__(kThreads, 1) k_mma_q8_0(GemmArgs g) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
   const uint32_t smem_u32 = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -149,14 +158,14 @@ __global__ void __launch_bounds__(kThreads, 1) k_mma_q8_0(GemmArgs g) {
   }
   Acc acc;
   int ci = 0;
-  run_segment<0>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<1>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<2>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<3>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<4>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<5>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<6>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
-  run_segment<7>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<0, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<1, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<2, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<3, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<4, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<5, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<6, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
+  run_segment<7, kOneSlot>(acc, T, smem, smem_u32, ci, nchunks, cps, lane, warp);
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -175,6 +184,11 @@ unsigned blocks_for(int64_t items, const char* what) {
 }
 
 }  // namespace
+
+namespace {
+void mma_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
+              bool one_slot, cudaStream_t stream);
+}
 
 bool mma_enabled() {
   static const bool on = [] {
@@ -195,7 +209,7 @@ bool mma_applies(const DevMatrix& w, int64_t rows, int64_t group_rows) {
 }
 
 void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
-                int64_t y_stride, cudaStream_t stream) {
+                int64_t y_stride, cudaStream_t stream, bool one_slot) {
   check_matrix(w, "mma matmul");
   if (rows < 0) fail("CUDA mma matmul: negative row count {}", rows);
   if (groups < 1 || w.n_out % groups != 0) fail("CUDA mma matmul: {} rows do not split into {} groups", w.n_out, groups);
@@ -210,18 +224,25 @@ void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows
   if (x_stride < x_len || y_stride < w.n_out) fail("CUDA mma matmul: strides {} / {} too short", x_stride, y_stride);
   Scratch buf(act_bytes(GgmlType::Q8_0, rows, x_len), stream);
   const ActQ aq = quantize_acts(GgmlType::Q8_0, x, rows, x_len, x_stride, buf.get(), stream);
-  mma_matmul_q8_0(w, aq, rows, group_rows, y, y_stride, stream);
+  mma_q8_0(w, aq, rows, group_rows, y, y_stride, one_slot, stream);
 }
 
 void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
                      cudaStream_t stream) {
+  mma_q8_0(w, aq, rows, group_rows, y, y_stride, false, stream);
+}
+
+namespace {
+void mma_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
+              bool one_slot, cudaStream_t stream) {
   if (w.type != GgmlType::Q8_0) fail("CUDA mma matmul: weights are not q8_0");
   const KLayout L = k_layout(w.n_in);
   const int64_t groups = aq.n / w.n_in;
   if (groups < 1 || groups * w.n_in != aq.n) fail("CUDA mma matmul: activation row of {} for rows of {}", aq.n, w.n_in);
   if (rows <= 0 || w.n_out <= 0) return;
   static bool smem_ok = [] {
-    allow_smem(reinterpret_cast<const void*>(k_mma_q8_0), kSmemBytes, "mma matmul");
+    allow_smem(reinterpret_cast<const void*>(k_mma_q8_0<false>), kSmemBytes, "mma matmul");
+    allow_smem(reinterpret_cast<const void*>(k_mma_q8_0<true>), kSmemBytes, "mma matmul (one slot)");
     return true;
   }();
   (void)smem_ok;
@@ -235,8 +256,8 @@ void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t g
   Scratch abuf(aq_bytes + ad_bytes, stream);
   int8_t* paq = static_cast<int8_t*>(abuf.get());
   float* pad = reinterpret_cast<float*>(static_cast<uint8_t*>(abuf.get()) + aq_bytes);
-  k_repack_a<<<blocks_for(rows_pad * a_pitch, "mma repack (activations)"), 256, 0, stream>>>(aq, rows, rows_pad, groups,
-                                                                                           w.n_in, L, paq, pad);
+  launch(k_repack_a, blocks_for(rows_pad * a_pitch, "mma repack (activations)"), 256, 0, stream, aq, rows, rows_pad,
+         groups, w.n_in, L, paq, pad);
   check_launch("mma repack (activations)");
 
   // Weights, one slab of whole tiles at a time.
@@ -253,8 +274,8 @@ void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t g
   for (int64_t o0 = 0; o0 < w.n_out; o0 += slab) {
     const int64_t n_valid = w.n_out - o0 < slab ? w.n_out - o0 : slab;
     const int64_t n_pad = (n_valid + kBM - 1) / kBM * kBM;
-    k_repack_w<<<blocks_for(n_pad * L.KP, "mma repack (weights)"), 256, 0, stream>>>(w.data, w.row_stride, o0, n_valid,
-                                                                                   n_pad, L, pwq, pwd);
+    launch(k_repack_w, blocks_for(n_pad * L.KP, "mma repack (weights)"), 256, 0, stream, w.data, w.row_stride, o0,
+           n_valid, n_pad, L, pwq, pwd);
     check_launch("mma repack (weights)");
     GemmArgs g;
     g.wq = pwq, g.wd = pwd, g.aq = paq, g.ad = pad;
@@ -262,9 +283,10 @@ void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t g
     g.n_valid = n_valid, g.rows = rows, g.group_rows = group_rows, g.o_base = o0;
     g.y = y, g.y_stride = y_stride;
     const dim3 grid(static_cast<unsigned>(n_pad / kBM), static_cast<unsigned>(rows_pad / kBN));
-    k_mma_q8_0<<<grid, kThreads, kSmemBytes, stream>>>(g);
+    launch(one_slot ? k_mma_q8_0<true> : k_mma_q8_0<false>, grid, kThreads, kSmemBytes, stream, g);
     check_launch("mma matmul (q8_0, tensor cores)");
   }
 }
+}  // namespace
 
 }  // namespace ds4::cuda::gemv_detail

@@ -30,9 +30,10 @@ void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t g
                      cudaStream_t stream);
 
 // matmul_grouped's contract (float_acts off) on the tensor-core kernel whatever DS4_CUDA_MMA
-// says; fails when mma_supports is false. For the check program's A/B.
+// says; fails when mma_supports is false. For the check program's A/B. one_slot: every term in
+// one running sum (NOT the CPU's order: a timing reference for the cost of the CPU's order).
 void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
-                int64_t y_stride, cudaStream_t stream);
+                int64_t y_stride, cudaStream_t stream, bool one_slot = false);
 
 // Routed experts (gemv.h moe_experts, float_acts off) on tensor cores (gemm_moe_mma.cu): when
 // enabled, IQ2_XXS gate/up, Q2_K down, widths multiples of 256 and rows * k >= kMmaMinRows.

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemm_moe_mma.cuh"
 #include "compute/cuda/gemv_internal.h"
@@ -137,6 +139,7 @@ __device__ __forceinline__ void q2k_segment(FAcc& f, const MoeArgs& g, Loop& L) 
 // blockIdx.x: 128 rows; blockIdx.y: tile of the expert-grouped pairs; blockIdx.z: matrix.
 template <bool kQ2K>
 __global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
+  pdl_begin();
   extern __shared__ uint4 smem4[];
   __shared__ int s_pair[kBN];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
@@ -190,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
 // ---- routing ---------------------------------------------------------------------------------
 
 __global__ void k_route_count(const int32_t* experts, int64_t pairs, int64_t n_expert, int32_t* cnt) {
+  pdl_begin();
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= pairs) return;
   const int32_t e = experts[p];
@@ -198,6 +202,7 @@ __global__ void k_route_count(const int32_t* experts, int64_t pairs, int64_t n_e
 // off / tile0: exclusive prefix sums of cnt and of ceil(cnt / kBN) (n_expert + 1 entries);
 // cursor cleared. One thread: n_expert is small.
 __global__ void k_route_scan(const int32_t* cnt, int64_t n_expert, int32_t* off, int32_t* tile0, int32_t* cursor) {
+  pdl_begin();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   int32_t a = 0, t = 0;
   for (int64_t e = 0; e < n_expert; ++e) {
@@ -209,6 +214,7 @@ __global__ void k_route_scan(const int32_t* cnt, int64_t n_expert, int32_t* off,
 }
 __global__ void k_route_place(const int32_t* experts, int64_t pairs, int64_t n_expert, const int32_t* off,
                               int32_t* cursor, int32_t* perm) {
+  pdl_begin();
   const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p >= pairs) return;
   const int32_t e = experts[p];
@@ -216,31 +222,25 @@ __global__ void k_route_place(const int32_t* experts, int64_t pairs, int64_t n_e
 }
 // Rows of pairs with a bad expert id: NaN (blockIdx.x = pair).
 __global__ void k_nan_bad_pairs(const int32_t* experts, int64_t n_expert, float* out, int64_t row_len) {
+  pdl_begin();
   const int64_t p = blockIdx.x;
   const int32_t e = experts[p];
   if (e >= 0 && e < n_expert) return;
   for (int64_t i = threadIdx.x; i < row_len; i += blockDim.x) out[p * row_len + i] = __int_as_float(0x7fc00000);
 }
 
-// The CPU's e^x (compute::exp_f: exp in double, rounded once), as gemv_moe.cu.
-__device__ __forceinline__ float exp_cpu(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
-
-// h[p][o] = swiglu(g, u, limit) * weight[p] with the CPU's operations (gemv_moe.cu k_wmoe_swiglu).
+// h[p][o] = swiglu(g, u, limit) * weight[p] (swiglu_one: the CPU's operations).
 __global__ void k_mma_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit, float* h) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs * n_ff) return;
   const int64_t p = i / n_ff, o = i % n_ff;
-  float gv = gu[(p * 2) * n_ff + o], uv = gu[(p * 2 + 1) * n_ff + o];
-  if (limit > 0.0f) {
-    gv = limit < gv ? limit : gv;
-    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);
-  }
-  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, exp_cpu(-gv)));
-  h[i] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+  h[i] = swiglu_one(gu[(p * 2) * n_ff + o], gu[(p * 2 + 1) * n_ff + o], limit, weights[p]);
 }
 
 // y[t][o] = 0 + out[t*k][o] + ... in slot order.
 __global__ void k_mma_slot_sum(const float* out, int64_t rows, int64_t k, int64_t n_embd, float* y) {
+  pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * n_embd) return;
   const int64_t t = i / n_embd, o = i % n_embd;
@@ -265,7 +265,7 @@ void launch_moe_mma(const MoeArgs& g, int64_t pairs, int64_t nz, cudaStream_t s,
   const int64_t gx = (g.n_out + kBM - 1) / kBM, gy = (pairs + kBN - 1) / kBN + g.n_expert;
   if (gy > 65535 || gx > INT_MAX) fail("CUDA {}: {} pairs x {} experts is too many tiles", what, pairs, g.n_expert);
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(nz));
-  k_moe_mma<kQ2K><<<grid, kThreads, kSmemBytes, s>>>(g);
+  launch(k_moe_mma<kQ2K>, grid, kThreads, kSmemBytes, s, g);
   check_launch(what);
 }
 
@@ -296,11 +296,11 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   int32_t* cursor = tile0 + (ne + 1);
   int32_t* perm = cursor + (ne + 1);
   check(cudaMemsetAsync(cnt, 0, static_cast<size_t>(ne + 1) * sizeof(int32_t), stream), "cudaMemsetAsync (mma moe)");
-  k_route_count<<<grid1(pairs, "mma moe count"), 256, 0, stream>>>(experts, pairs, ne, cnt);
+  launch(k_route_count, grid1(pairs, "mma moe count"), 256, 0, stream, experts, pairs, ne, cnt);
   check_launch("mma moe route count");
-  k_route_scan<<<1, 32, 0, stream>>>(cnt, ne, off, tile0, cursor);
+  launch(k_route_scan, 1, 32, 0, stream, cnt, ne, off, tile0, cursor);
   check_launch("mma moe route scan");
-  k_route_place<<<grid1(pairs, "mma moe place"), 256, 0, stream>>>(experts, pairs, ne, off, cursor, perm);
+  launch(k_route_place, grid1(pairs, "mma moe place"), 256, 0, stream, experts, pairs, ne, off, cursor, perm);
   check_launch("mma moe route place");
 
   Scratch hbuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_ff) * sizeof(float), stream);
@@ -321,9 +321,9 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
     g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
     g.out = gu, g.zs = 2, g.grid = grid;
     launch_moe_mma<false>(g, pairs, 2, stream, "mma moe gate/up (iq2_xxs, tensor cores)");
-    k_nan_bad_pairs<<<static_cast<unsigned>(pairs), 256, 0, stream>>>(experts, ne, gu, 2 * n_ff);
+    launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, gu, 2 * n_ff);
     check_launch("mma moe bad ids (gate/up)");
-    k_mma_swiglu<<<grid1(pairs * n_ff, "mma moe swiglu"), 256, 0, stream>>>(gu, weights, pairs, n_ff, limit, h);
+    launch(k_mma_swiglu, grid1(pairs * n_ff, "mma moe swiglu"), 256, 0, stream, gu, weights, pairs, n_ff, limit, h);
     check_launch("mma moe swiglu");
   }
   Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
@@ -338,9 +338,9 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
   g.out = out, g.zs = 1, g.grid = grid;
   launch_moe_mma<true>(g, pairs, 1, stream, "mma moe down (q2_k, tensor cores)");
-  k_nan_bad_pairs<<<static_cast<unsigned>(pairs), 256, 0, stream>>>(experts, ne, out, n_embd);
+  launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, out, n_embd);
   check_launch("mma moe bad ids (down)");
-  k_mma_slot_sum<<<grid1(rows * n_embd, "mma moe slot sum"), 256, 0, stream>>>(out, rows, k, n_embd, y);
+  launch(k_mma_slot_sum, grid1(rows * n_embd, "mma moe slot sum"), 256, 0, stream, out, rows, k, n_embd, y);
   check_launch("mma moe slot sum");
 }
 
