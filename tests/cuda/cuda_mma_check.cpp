@@ -136,11 +136,12 @@ int main(int argc, char** argv) {
       {"out_a grouped 8x(4096->1024)", 4096, 8192, 8},
       {"unaligned 4096->1024 (+2 B, stride +6)", 4096, 1024, 1, 2, 6},
   };
-  const std::vector<int64_t> row_counts = quick ? std::vector<int64_t>{32, 100} : std::vector<int64_t>{32, 100, 512, 2048};
+  const std::vector<int64_t> row_counts =
+      quick ? std::vector<int64_t>{32, 100} : std::vector<int64_t>{32, 100, 512, 2048};
   int failures = 0;
   std::mt19937_64 rng(seed);
-  std::printf("%-40s %6s | %-34s | %-12s | %9s %7s | %9s %7s | %6s\n", "case", "rows", "mma vs cpu (max abs, rel, unequal)",
-              "old vs cpu", "mma ms", "TFLOP/s", "old ms", "TFLOP/s", "x");
+  std::printf("%-40s %6s | %-34s | %-12s | %9s %7s | %9s %7s | %6s\n", "case", "rows",
+              "mma vs cpu (max abs, rel, unequal)", "old vs cpu", "mma ms", "TFLOP/s", "old ms", "TFLOP/s", "x");
   for (const Shape& sh : shapes) {
     const int64_t nb = sh.n_in / 32;
     const size_t row_bytes = static_cast<size_t>(nb) * 34, stride = row_bytes + sh.pad;
@@ -218,10 +219,11 @@ int main(int argc, char** argv) {
         char diff[64], dold[32];
         std::snprintf(diff, sizeof diff, "%.3g, %.3g, %lld", d.max_abs, d.max_rel, static_cast<long long>(d.unequal));
         std::snprintf(dold, sizeof dold, "%lld unequal", static_cast<long long>(d_old.unequal));
-        std::printf("%-40s %6lld | %-34s | %-12s | %9.4f %7.1f | %9.4f %7.1f | %6.2f  one-slot %.4f ms (CPU order "
-                    "costs %+.0f%%)  tol 0 (CPU terms, CPU order)  %s\n",
-                    sh.name, static_cast<long long>(rows), diff, dold, t_new, flop / t_new * 1e-9, t_old,
-                    flop / t_old * 1e-9, t_old / t_new, t_one, (t_new / t_one - 1) * 100, pass ? "PASS" : "FAIL");
+        std::printf(
+            "%-40s %6lld | %-34s | %-12s | %9.4f %7.1f | %9.4f %7.1f | %6.2f  one-slot %.4f ms (CPU order "
+            "costs %+.0f%%)  tol 0 (CPU terms, CPU order)  %s\n",
+            sh.name, static_cast<long long>(rows), diff, dold, t_new, flop / t_new * 1e-9, t_old, flop / t_old * 1e-9,
+            t_old / t_new, t_one, (t_new / t_one - 1) * 100, pass ? "PASS" : "FAIL");
         if (!pass) {
           int shown = 0;
           for (size_t i = 0; i < got.size() && shown < 3; ++i)
@@ -327,14 +329,17 @@ int main(int argc, char** argv) {
           const bool pass = d.unequal == 0;
           failures += pass ? 0 : 1;
           const double flop = 2.0 * 3 * n_embd * n_ff * rows * k;
-          const double t_new = time_ms([&] { cuda::gemv_detail::mma_moe(gg, gu, gdn, dx, did, dw, rows, k, limit, dy, s); }, s);
-          const double t_old = time_ms([&] { cuda::moe_experts(gg, gu, gdn, dx, did, dw, rows, k, limit, dy_old, false, s); }, s);
+          const double t_new =
+              time_ms([&] { cuda::gemv_detail::mma_moe(gg, gu, gdn, dx, did, dw, rows, k, limit, dy, s); }, s);
+          const double t_old =
+              time_ms([&] { cuda::moe_experts(gg, gu, gdn, dx, did, dw, rows, k, limit, dy_old, false, s); }, s);
           char diff[64], dold[32];
           std::snprintf(diff, sizeof diff, "%.3g, %.3g, %lld", d.max_abs, d.max_rel, static_cast<long long>(d.unequal));
           std::snprintf(dold, sizeof dold, "%lld unequal", static_cast<long long>(d_old.unequal));
-          std::printf("%-40s %6lld | %-34s | %-12s | %9.4f %7.1f | %9.4f %7.1f | %6.2f  tol 0 (CPU terms, CPU order)  %s\n",
-                      name, static_cast<long long>(rows), diff, dold, t_new, flop / t_new * 1e-9, t_old,
-                      flop / t_old * 1e-9, t_old / t_new, pass ? "PASS" : "FAIL");
+          std::printf(
+              "%-40s %6lld | %-34s | %-12s | %9.4f %7.1f | %9.4f %7.1f | %6.2f  tol 0 (CPU terms, CPU order)  %s\n",
+              name, static_cast<long long>(rows), diff, dold, t_new, flop / t_new * 1e-9, t_old, flop / t_old * 1e-9,
+              t_old / t_new, pass ? "PASS" : "FAIL");
           if (rows == moe_rows.back()) {  // a bad expert id: token 0's row NaN, the other rows unchanged
             std::vector<int32_t> bad = ids;
             bad[3] = static_cast<int32_t>(n_expert + 5);

@@ -86,7 +86,7 @@ struct GemmArgs {
   const float* wd;
   const int8_t* aq;
   const float* ad;
-  int64_t a_pitch;     // permuted blocks per activation row (groups * KP)
+  int64_t a_pitch;  // permuted blocks per activation row (groups * KP)
   int KP, C;
   int64_t n_valid;     // weight rows of this slab
   int64_t rows;        // activation rows
@@ -212,7 +212,8 @@ void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows
                 int64_t y_stride, cudaStream_t stream, bool one_slot) {
   check_matrix(w, "mma matmul");
   if (rows < 0) fail("CUDA mma matmul: negative row count {}", rows);
-  if (groups < 1 || w.n_out % groups != 0) fail("CUDA mma matmul: {} rows do not split into {} groups", w.n_out, groups);
+  if (groups < 1 || w.n_out % groups != 0)
+    fail("CUDA mma matmul: {} rows do not split into {} groups", w.n_out, groups);
   const int64_t group_rows = groups > 1 ? w.n_out / groups : 0;
   if (!mma_supports(w, rows, group_rows))
     fail("CUDA mma matmul: {} x {} {} weights, {} rows, {} groups: not supported", w.n_out, w.n_in,

@@ -35,12 +35,12 @@
 
 namespace ds4::cuda::mma {
 
-constexpr int kBM = 128;      // output rows (weight rows) per block of threads
-constexpr int kBN = 64;       // activation rows (tokens) per block of threads
-constexpr int kKB = 4;        // Q8_0 blocks (32 values each) per pipeline stage
-constexpr int kStages = 3;    // cp.async stages in flight
-constexpr int kThreads = 256;  // 8 warps: 4 along M x 2 along N, 32 x 32 outputs each
-constexpr int kMT = 2, kNT = 4;  // m16 tiles and n8 tiles per warp
+constexpr int kBM = 128;               // output rows (weight rows) per block of threads
+constexpr int kBN = 64;                // activation rows (tokens) per block of threads
+constexpr int kKB = 4;                 // Q8_0 blocks (32 values each) per pipeline stage
+constexpr int kStages = 3;             // cp.async stages in flight
+constexpr int kThreads = 256;          // 8 warps: 4 along M x 2 along N, 32 x 32 outputs each
+constexpr int kMT = 2, kNT = 4;        // m16 tiles and n8 tiles per warp
 constexpr int kPitch = kKB * 32 + 16;  // bytes per staged row (16 bytes of padding: no bank conflicts)
 constexpr int kWsOff = 0;
 constexpr int kAsOff = kWsOff + kBM * kPitch;
@@ -126,7 +126,9 @@ __host__ __device__ inline int pad_pos(const KLayout& L, int k) {
 }
 // Item x (< KP) of a repacked row: x < nb is original block x, the rest the padding blocks, so
 // that consecutive threads read consecutive source blocks. Returns the permuted position.
-__host__ __device__ inline int item_pos(const KLayout& L, int x) { return x < L.nb ? perm_pos(L, x) : pad_pos(L, x - L.nb); }
+__host__ __device__ inline int item_pos(const KLayout& L, int x) {
+  return x < L.nb ? perm_pos(L, x) : pad_pos(L, x - L.nb);
+}
 
 // Repack of weight row o's permuted block q: `src` = the row's Q8_0 bytes (2-byte aligned) or
 // null for a padding row; writes 32 qs bytes at dq (4-byte aligned) and the f32 scale at *dd.
@@ -137,12 +139,13 @@ __host__ __device__ inline void repack_weight_block(const uint8_t* src, const KL
   float d = 0.0f;
   if (b >= 0) {
     const uint16_t* h = reinterpret_cast<const uint16_t*>(src + static_cast<size_t>(b) * 34);
-DS4_MMA_UNROLL
-    for (int t = 0; t < 8; ++t) w[t] = static_cast<uint32_t>(h[1 + 2 * t]) | (static_cast<uint32_t>(h[2 + 2 * t]) << 16);
+    DS4_MMA_UNROLL
+    for (int t = 0; t < 8; ++t)
+      w[t] = static_cast<uint32_t>(h[1 + 2 * t]) | (static_cast<uint32_t>(h[2 + 2 * t]) << 16);
     d = __half2float(__ushort_as_half(h[0]));
   }
 #ifdef __CUDA_ARCH__
-DS4_MMA_UNROLL
+  DS4_MMA_UNROLL
   for (int t = 0; t < 8; ++t) reinterpret_cast<uint32_t*>(dq)[t] = w[t];
 #else
   std::memcpy(dq, w, 32);
@@ -158,12 +161,12 @@ __host__ __device__ inline void repack_act_block(const int8_t* qs, const float* 
   uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   float s = 0.0f;
   if (b >= 0) {
-DS4_MMA_UNROLL
+    DS4_MMA_UNROLL
     for (int t = 0; t < 8; ++t) w[t] = ld_u32(reinterpret_cast<const uint8_t*>(qs + 32 * b + 4 * t));
     s = d[b];
   }
 #ifdef __CUDA_ARCH__
-DS4_MMA_UNROLL
+  DS4_MMA_UNROLL
   for (int t = 0; t < 8; ++t) reinterpret_cast<uint32_t*>(dq)[t] = w[t];
 #else
   std::memcpy(dq, w, 32);
@@ -174,13 +177,13 @@ DS4_MMA_UNROLL
 // The operands of one block of threads: rows [o0, o0+kBM) of the repacked weights and rows
 // [t0, t0+kBN) of the repacked activations, group column base `acol` (permuted blocks).
 struct TileSrc {
-  const int8_t* wq;   // repacked weight qs, row 0
-  const float* wd;    // repacked weight d, row 0
-  const int8_t* aq;   // repacked activation qs, row 0
-  const float* ad;    // repacked activation d, row 0
-  int64_t o0, t0;     // first weight row / activation row of the tile
-  int64_t a_pitch;    // permuted blocks per activation row (groups * KP)
-  int64_t acol;       // group * KP
+  const int8_t* wq;  // repacked weight qs, row 0
+  const float* wd;   // repacked weight d, row 0
+  const int8_t* aq;  // repacked activation qs, row 0
+  const float* ad;   // repacked activation d, row 0
+  int64_t o0, t0;    // first weight row / activation row of the tile
+  int64_t a_pitch;   // permuted blocks per activation row (groups * KP)
+  int64_t acol;      // group * KP
   int KP;
 };
 
@@ -222,7 +225,7 @@ struct Frags {
 __host__ __device__ inline void load_frags(const uint8_t* st, int lane, int warp, int kb, Frags& f) {
   const int gid = lane >> 2, tig = lane & 3;
   const int wm = (warp & 3) * (16 * kMT), wn = (warp >> 2) * (8 * kNT);
-DS4_MMA_UNROLL
+  DS4_MMA_UNROLL
   for (int mt = 0; mt < kMT; ++mt) {
     const int r = wm + 16 * mt + gid;
     const uint8_t* p0 = st + kWsOff + r * kPitch + kb * 32 + 4 * tig;
@@ -234,7 +237,7 @@ DS4_MMA_UNROLL
     f.dw[mt][0] = ld_f32(st + kWdOff + (r * kKB + kb) * 4);
     f.dw[mt][1] = ld_f32(st + kWdOff + ((r + 8) * kKB + kb) * 4);
   }
-DS4_MMA_UNROLL
+  DS4_MMA_UNROLL
   for (int nt = 0; nt < kNT; ++nt) {
     const uint8_t* p = st + kAsOff + (wn + 8 * nt + gid) * kPitch + kb * 32 + 4 * tig;
     f.b[nt][0] = ld_u32(p);
@@ -301,7 +304,7 @@ __host__ __device__ __forceinline__ float add_term(float acc, int biased, float 
 // The epilogue of one mma: d = the 4 biased results of tile (mt, nt).
 template <int SLOT>
 __host__ __device__ __forceinline__ void epilogue(Acc& acc, const Frags& f, int mt, int nt, const int d[4]) {
-DS4_MMA_UNROLL
+  DS4_MMA_UNROLL
   for (int i = 0; i < 4; ++i)
     acc.v[SLOT][mt][nt][i] = add_term(acc.v[SLOT][mt][nt][i], d[i], f.dw[mt][i >> 1], f.da[nt][i & 1]);
 }
@@ -309,23 +312,19 @@ DS4_MMA_UNROLL
 template <int S>
 __host__ __device__ __forceinline__ void begin_segment(Acc& acc) {
   constexpr int k = seg_slot(S);
-DS4_MMA_UNROLL
-  for (int mt = 0; mt < kMT; ++mt)
-DS4_MMA_UNROLL
-    for (int nt = 0; nt < kNT; ++nt)
-DS4_MMA_UNROLL
-      for (int i = 0; i < 4; ++i) acc.v[k][mt][nt][i] = 0.0f;
+  DS4_MMA_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) DS4_MMA_UNROLL
+  for (int nt = 0; nt < kNT; ++nt) DS4_MMA_UNROLL
+  for (int i = 0; i < 4; ++i) acc.v[k][mt][nt][i] = 0.0f;
 }
 
 // slot a += slot b for every output.
 template <int A, int B>
 __host__ __device__ __forceinline__ void fold_slots(Acc& acc) {
-DS4_MMA_UNROLL
-  for (int mt = 0; mt < kMT; ++mt)
-DS4_MMA_UNROLL
-    for (int nt = 0; nt < kNT; ++nt)
-DS4_MMA_UNROLL
-      for (int i = 0; i < 4; ++i) acc.v[A][mt][nt][i] = f_add(acc.v[A][mt][nt][i], acc.v[B][mt][nt][i]);
+  DS4_MMA_UNROLL
+  for (int mt = 0; mt < kMT; ++mt) DS4_MMA_UNROLL
+  for (int nt = 0; nt < kNT; ++nt) DS4_MMA_UNROLL
+  for (int i = 0; i < 4; ++i) acc.v[A][mt][nt][i] = f_add(acc.v[A][mt][nt][i], acc.v[B][mt][nt][i]);
 }
 
 // After segment S: l0+l4 (S=1); l2+l6, then (l0+l4)+(l2+l6) (S=3); l1+l5 (S=5); l3+l7, then

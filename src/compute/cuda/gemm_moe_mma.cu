@@ -43,14 +43,14 @@ struct MoeArgs {
   int64_t n_in, n_out, n_expert;
   const int8_t* aqs;  // Q8_K activations, quantize_acts' layout
   const float* ad;
-  int64_t a_n;        // values per activation row
-  int64_t k;          // slots per token
-  bool by_token;      // activation row of pair p: p / k (gate/up) or p (down)
+  int64_t a_n;    // values per activation row
+  int64_t k;      // slots per token
+  bool by_token;  // activation row of pair p: p / k (gate/up) or p (down)
   const int32_t* perm;
   const int32_t* off;
   const int32_t* cnt;
   const int32_t* tile0;
-  float* out;         // out[(p * zs + z) * n_out + o]
+  float* out;  // out[(p * zs + z) * n_out + o]
   int64_t zs;
   const uint64_t* grid;
 };
@@ -63,9 +63,12 @@ __device__ __forceinline__ void fill_stage(const MoeArgs& g, const uint8_t* W, i
   for (int u = 0; u < kItemsW / kThreads; ++u) {
     const int item = threadIdx.x + kThreads * u, row = item / 8, c = item % 8;
     const int64_t o = o0 + row;
-    const uint8_t* blk = o < g.n_out ? W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * kBB : nullptr;
-    if constexpr (kQ2K) decode_q2k_item(blk, c, st, row);
-    else decode_iq2_item(blk, c, g.grid, st, row);
+    const uint8_t* blk =
+        o < g.n_out ? W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * kBB : nullptr;
+    if constexpr (kQ2K)
+      decode_q2k_item(blk, c, st, row);
+    else
+      decode_iq2_item(blk, c, g.grid, st, row);
   }
 #pragma unroll
   for (int u = 0; u < kItemsA / kThreads; ++u) {
@@ -106,8 +109,10 @@ __device__ __forceinline__ void superblock(FAcc& f, const uint8_t* st, int lane,
         }
     }
   }
-  if constexpr (kQ2K) q2k_term<SLOT>(f, ia, st, lane, warp);
-  else iq2_term(f, ia, st, lane, warp);
+  if constexpr (kQ2K)
+    q2k_term<SLOT>(f, ia, st, lane, warp);
+  else
+    iq2_term(f, ia, st, lane, warp);
 }
 
 struct Loop {
@@ -147,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
   if (e < 0) return;  // past the last tile (uniform over the block)
   const int j0 = (static_cast<int>(blockIdx.y) - g.tile0[e]) * kBN;
   const int ntok = g.cnt[e] - j0 < kBN ? g.cnt[e] - j0 : kBN;
-  if (threadIdx.x < kBN) s_pair[threadIdx.x] = static_cast<int>(threadIdx.x) < ntok ? g.perm[g.off[e] + j0 + threadIdx.x] : -1;
+  if (threadIdx.x < kBN)
+    s_pair[threadIdx.x] = static_cast<int>(threadIdx.x) < ntok ? g.perm[g.off[e] + j0 + threadIdx.x] : -1;
   __syncthreads();
   Loop L;
   L.smem = smem;
@@ -230,7 +236,8 @@ __global__ void k_nan_bad_pairs(const int32_t* experts, int64_t n_expert, float*
 }
 
 // h[p][o] = swiglu(g, u, limit) * weight[p] (swiglu_one: the CPU's operations).
-__global__ void k_mma_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit, float* h) {
+__global__ void k_mma_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit,
+                             float* h) {
   pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs * n_ff) return;

@@ -45,8 +45,8 @@ constexpr int kMOff = kDOff + kBM * 4;       // f32 dmin [row] (Q2_K)
 constexpr int kAdOff = kMOff + kBM * 4;      // f32 activation d [token]
 constexpr int kStageBytes = kAdOff + kBN * 4;
 constexpr int kSmemBytes = 2 * kStageBytes;
-constexpr int kItemsW = kBM * 8;        // (row, 32-value chunk) decode items per stage
-constexpr int kItemsA = kBN * 16;       // 16-byte activation pieces per stage
+constexpr int kItemsW = kBM * 8;   // (row, 32-value chunk) decode items per stage
+constexpr int kItemsA = kBN * 16;  // 16-byte activation pieces per stage
 static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
 static_assert(kItemsW % kThreads == 0 && kItemsA % kThreads == 0, "whole items per thread");
 
@@ -135,7 +135,7 @@ __host__ __device__ inline void decode_q2k_item(const uint8_t* blk, int c, uint8
     sc1 = static_cast<int>((scw >> (16 * (s % 2) + 8)) & 0xffu);
     for (int t = 0; t < 8; ++t) {
       const uint32_t qw = ld_u32(blk + 16 + 32 * h + 4 * t);  // qs bytes 32h + 4t .. +3
-      const int mul = (t < 4 ? sc0 : sc1) & 15;  // bytes 0..15 of the 32: half 0, 16..31: half 1
+      const int mul = (t < 4 ? sc0 : sc1) & 15;               // bytes 0..15 of the 32: half 0, 16..31: half 1
       uint32_t v = 0;
       for (int j = 0; j < 4; ++j) {
         const int q = static_cast<int>((qw >> (8 * j + 2 * s)) & 3u);
@@ -341,7 +341,10 @@ __host__ __device__ inline int tile_expert(const int32_t* tile0, int n_expert, i
   int lo = 0, hi = n_expert;  // tile0[lo] <= y < tile0[hi]
   while (hi - lo > 1) {
     const int mid = (lo + hi) / 2;
-    if (tile0[mid] <= y) lo = mid; else hi = mid;
+    if (tile0[mid] <= y)
+      lo = mid;
+    else
+      hi = mid;
   }
   return lo;
 }

@@ -108,7 +108,8 @@ void run_segment_host(std::vector<Acc>& acc, const TileSrc& T, std::vector<uint8
               std::memcpy(b[lane], f[lane].b[nt], sizeof b[lane]);
             }
             mma_model(a, b, kBiasBits, d);
-            for (int lane = 0; lane < 32; ++lane) epilogue<seg_slot(S)>(acc[warp * 32 + lane], f[lane], mt, nt, d[lane]);
+            for (int lane = 0; lane < 32; ++lane)
+              epilogue<seg_slot(S)>(acc[warp * 32 + lane], f[lane], mt, nt, d[lane]);
           }
       }
   }
@@ -148,8 +149,9 @@ void emulate(const Problem& P, int64_t group_rows, std::vector<float>& y, std::v
   for (float v : wd) ASSERT_NE(v, -9.0f);
   const std::vector<const uint8_t*> lo = {wq.data(), reinterpret_cast<const uint8_t*>(wd.data()), aq.data(),
                                           reinterpret_cast<const uint8_t*>(ad.data())};
-  const std::vector<const uint8_t*> hi = {wq.data() + wq.size(), reinterpret_cast<const uint8_t*>(wd.data() + wd.size()),
-                                          aq.data() + aq.size(), reinterpret_cast<const uint8_t*>(ad.data() + ad.size())};
+  const std::vector<const uint8_t*> hi = {
+      wq.data() + wq.size(), reinterpret_cast<const uint8_t*>(wd.data() + wd.size()), aq.data() + aq.size(),
+      reinterpret_cast<const uint8_t*>(ad.data() + ad.size())};
 
   y.assign(static_cast<size_t>(P.rows * P.n_out), std::nanf(""));
   writes.assign(y.size(), 0);
@@ -199,8 +201,8 @@ void emulate(const Problem& P, int64_t group_rows, std::vector<float>& y, std::v
 
 // Weights from the CPU's Q8_0 quantizer on random rows (row padding filled with garbage);
 // `extreme`: row 0's quants all -128 (the largest |isum| with -128 activations).
-Problem make_problem(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t rows, int64_t groups, bool random_act_bytes,
-                     bool extreme) {
+Problem make_problem(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t rows, int64_t groups,
+                     bool random_act_bytes, bool extreme) {
   Problem P;
   P.n_in = n_in, P.n_out = n_out, P.rows = rows, P.groups = groups;
   const int64_t nb = n_in / 32;
@@ -313,7 +315,8 @@ TEST(GemmMmaHost, MmaModelMatchesPlainProduct) {
     const int gid = lane >> 2, tig = lane & 3;
     for (int j = 0; j < 4; ++j)
       for (int i = 0; i < 4; ++i)
-        a[lane][j] |= static_cast<uint32_t>(static_cast<uint8_t>(A[gid + 8 * (j % 2)][4 * tig + 16 * (j / 2) + i])) << (8 * i);
+        a[lane][j] |= static_cast<uint32_t>(static_cast<uint8_t>(A[gid + 8 * (j % 2)][4 * tig + 16 * (j / 2) + i]))
+                      << (8 * i);
     for (int j = 0; j < 2; ++j)
       for (int i = 0; i < 4; ++i)
         b[lane][j] |= static_cast<uint32_t>(static_cast<uint8_t>(B[4 * tig + 16 * j + i][gid])) << (8 * i);

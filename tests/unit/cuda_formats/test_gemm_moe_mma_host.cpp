@@ -3,8 +3,11 @@
 // visiting order: integer sums by mma per 32-value step, the superblock's term into its slot,
 // the next stage filled), with mma.sync m16n8k32 .s8 modelled from the PTX fragment tables
 // (as test_gemm_mma_host.cpp), against quant::vec_dot (IQ2_XXS and Q2_K against Q8_K rows):
-// every output equal bit for bit and written once. Also: the sign table, the visiting order
-// and the tile -> expert search. The GPU itself is checked by tests/cuda/cuda_mma_check.
+// every output equal bit for bit and written once. Also: the sign table, the visiting order,
+// the tile -> expert search, and mma_moe's whole sequence (grouping, the three emulated
+// products, swiglu_one, the slot sum) against the CPU backend's moe_experts. Checked to fail on
+// a swapped Q2_K fold, a reassociated IQ2_XXS term and a reassociated swiglu product. The GPU
+// itself is checked by tests/cuda/cuda_mma_check.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -100,8 +103,10 @@ void superblock_host(bool q2k, std::vector<FAcc>& fa, const uint8_t* st) {
         }
     }
     for (int lane = 0; lane < 32; ++lane) {
-      if (q2k) q2k_term<SLOT>(fa[warp * 32 + lane], ia[lane], st, lane, warp);
-      else iq2_term(fa[warp * 32 + lane], ia[lane], st, lane, warp);
+      if (q2k)
+        q2k_term<SLOT>(fa[warp * 32 + lane], ia[lane], st, lane, warp);
+      else
+        iq2_term(fa[warp * 32 + lane], ia[lane], st, lane, warp);
     }
   }
 }
@@ -122,8 +127,10 @@ void fill_host(LoopH& L, int sb, uint8_t* st) {
     const int row = item / 8, c = item % 8;
     const int64_t o = L.o0 + row;
     const uint8_t* blk = o < C.n_out ? C.w.data() + o * C.row_stride + sb * kBB : nullptr;
-    if (C.q2k) decode_q2k_item(blk, c, st, row);
-    else decode_iq2_item(blk, c, quant::iq2xxs_grid, st, row);
+    if (C.q2k)
+      decode_q2k_item(blk, c, st, row);
+    else
+      decode_iq2_item(blk, c, quant::iq2xxs_grid, st, row);
   }
   for (int i = 0; i < kItemsA; ++i) {
     const int p = L.pair[i / 16];
@@ -134,7 +141,8 @@ void fill_host(LoopH& L, int sb, uint8_t* st) {
 template <int SLOT>
 void step_host(std::vector<FAcc>& fa, LoopH& L) {
   superblock_host<SLOT>(L.C->q2k, fa, L.smem.data() + (L.idx & 1) * kStageBytes);
-  if (L.idx + 1 < L.nsb) fill_host(L, sb_at(L.C->q2k, L.nsb, L.idx + 1), L.smem.data() + ((L.idx + 1) & 1) * kStageBytes);
+  if (L.idx + 1 < L.nsb)
+    fill_host(L, sb_at(L.C->q2k, L.nsb, L.idx + 1), L.smem.data() + ((L.idx + 1) & 1) * kStageBytes);
   ++L.idx;
 }
 
@@ -148,8 +156,8 @@ void q2k_segment_host(std::vector<FAcc>& fa, LoopH& L) {
 
 // Outputs y[p][o] of one tile (rows o0.., columns = pairs pair[], activation row p / act_div)
 // as k_moe_mma writes them.
-void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::vector<float>& y, std::vector<int>& writes,
-                  int64_t n_tok, int act_div = 1) {
+void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::vector<float>& y,
+                  std::vector<int>& writes, int64_t n_tok, int act_div = 1) {
   LoopH L;
   L.C = &C;
   L.smem.assign(2 * kStageBytes, 0xEE);
@@ -386,9 +394,9 @@ void emulate_grouped(bool q2k, const std::vector<uint8_t>& all, size_t expert_st
 // compute::make_cpu_backend's moe_experts on the same bytes: equal bit for bit. One expert gets a
 // pair from every token (two pair tiles), one none; limit 0 and 6 (the clamps).
 TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
-  const int64_t d = 512, ff = 512, E = 5, K = 3, rows = 40, pairs = rows * K;
-  const size_t gu_row = (d / 256) * 66 + 2, dn_row = (ff / 256) * 84 + 4;  // padded rows, alignment kept
-  const size_t gu_exp = gu_row * (ff + 1), dn_exp = dn_row * (d + 1);  // one padding row per expert
+  const int64_t d = 512, ff = 2048, E = 5, K = 3, rows = 40, pairs = rows * K;  // down: all 8 partials
+  const size_t gu_row = (d / 256) * 66 + 2, dn_row = (ff / 256) * 84 + 4;       // padded rows, alignment kept
+  const size_t gu_exp = gu_row * (ff + 1), dn_exp = dn_row * (d + 1);           // one padding row per expert
   std::mt19937 rng(7);
   const std::vector<uint8_t> gate = random_rows(rng, false, d, E * (ff + 1), gu_row);
   const std::vector<uint8_t> up = random_rows(rng, false, d, E * (ff + 1), gu_row);
@@ -413,9 +421,9 @@ TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
   for (float limit : {0.0f, 6.0f}) {
     SCOPED_TRACE(testing::Message() << "limit " << limit);
     std::vector<float> want(rows * d);
-    cpu->moe_experts(set(gate, GgmlType::IQ2_XXS, d, ff, gu_row, gu_exp), set(up, GgmlType::IQ2_XXS, d, ff, gu_row, gu_exp),
-                     set(down, GgmlType::Q2_K, ff, d, dn_row, dn_exp), x.data(), ids.data(), w.data(), rows, K, limit,
-                     want.data());
+    cpu->moe_experts(
+        set(gate, GgmlType::IQ2_XXS, d, ff, gu_row, gu_exp), set(up, GgmlType::IQ2_XXS, d, ff, gu_row, gu_exp),
+        set(down, GgmlType::Q2_K, ff, d, dn_row, dn_exp), x.data(), ids.data(), w.data(), rows, K, limit, want.data());
     // The device's placement order within an expert is whatever the atomics give: shuffled.
     std::vector<std::vector<int>> groups(E);
     for (int p = 0; p < pairs; ++p) groups[ids[p]].push_back(p);
