@@ -3,11 +3,14 @@
 # is compiled there): the tensor-core Q8_0 matmul (issue 13, src/compute/cuda/gemm_mma.cu,
 # opt-in DS4_CUDA_MMA=1) in one call:
 #   1. cuda_mma_check: the kernel vs the CPU backend (bit-exact rule) and its time vs the
-#      existing CUDA path, Flash shapes x rows {32, 100, 512, 2048};
+#      existing CUDA path, Flash shapes x rows {32, 100, 512, 2048}; then the routed experts
+#      (gemm_moe_mma.cu, IQ2_XXS/Q2_K, 64 experts top 6) vs the CPU's moe_experts;
 #   2. test_cuda_parity with DS4_CUDA_MMA=1 (the existing parity tests, new path on);
 #   3. ds4-bench prefill A/B on the synthetic 43-layer Flash q2 file in /dev/shm: DS4_CUDA_MMA
 #      unset, then =1, at the contexts of BENCH_CTX (default "2048 8192").
-# STAGES="check parity bench" selects; logs under $OUT.
+# STAGES="check parity bench" selects; logs under $OUT. All three may pass 10 minutes: e.g.
+#   DS4_ROOT=$PWD STAGES="check parity" bash .devrun/prefill_mma.sh
+#   DS4_ROOT=$PWD STAGES=bench BENCH_CTX=2048 bash .devrun/prefill_mma.sh
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 DEVRUN=${DS4_DEVRUN:-$ROOT/.devrun}
@@ -25,8 +28,14 @@ t_all=$(date +%s)
 if stage check; then
   t0=$(date +%s)
   timeout 300 "$B/cuda_mma_check" > "$OUT/cuda_mma_check.log" 2>&1; rc=$?
-  cat "$OUT/cuda_mma_check.log" | head -60
+  head -80 "$OUT/cuda_mma_check.log"
   summary+=("cuda_mma_check rc=$rc FAIL lines=$(grep -c FAIL "$OUT/cuda_mma_check.log") ($(( $(date +%s) - t0 )) s)")
+  # One short line per case: name rows | unequal vs CPU | mma ms | old ms | speed-up | verdict.
+  while IFS= read -r l; do summary+=("  $l"); done < <(awk -F'|' '/(PASS|FAIL)$/ && NF >= 6 {
+      split($2, d, ","); split($4, n, " "); split($5, o, " "); split($6, x, " ");
+      nw = split($0, w, " ");
+      printf "%-48s | unequal %-6s | mma %9s ms | old %9s ms | x%-6s | %s\n", $1, d[3] + 0, n[1], o[1], x[1], w[nw] }
+    /bad expert id|ERROR/ { printf "%s\n", substr($0, 1, 150) }' "$OUT/cuda_mma_check.log")
 fi
 
 if stage parity; then
