@@ -11,12 +11,12 @@
 // the row counts this path takes); a cache of repacked weights would remove it.
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
 #include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemm_mma.cuh"
 #include "compute/cuda/gemm_mma.h"
@@ -177,12 +177,6 @@ __global__ void __launch_bounds__(kThreads, 1) k_mma_q8_0(GemmArgs g) {
       }
 }
 
-unsigned blocks_for(int64_t items, const char* what) {
-  const int64_t b = (items + 255) / 256;
-  if (b > INT_MAX) fail("CUDA {}: {} items is too many", what, items);
-  return static_cast<unsigned>(b);
-}
-
 }  // namespace
 
 namespace {
@@ -257,8 +251,8 @@ void mma_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_ro
   Scratch abuf(aq_bytes + ad_bytes, stream);
   int8_t* paq = static_cast<int8_t*>(abuf.get());
   float* pad = reinterpret_cast<float*>(static_cast<uint8_t*>(abuf.get()) + aq_bytes);
-  launch(k_repack_a, blocks_for(rows_pad * a_pitch, "mma repack (activations)"), 256, 0, stream, aq, rows, rows_pad,
-         groups, w.n_in, L, paq, pad);
+  launch(k_repack_a, grid_for(rows_pad * a_pitch, 256), 256, 0, stream, aq, rows, rows_pad, groups, w.n_in, L, paq,
+         pad);
   check_launch("mma repack (activations)");
 
   // Weights, one slab of whole tiles at a time.
@@ -275,8 +269,8 @@ void mma_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_ro
   for (int64_t o0 = 0; o0 < w.n_out; o0 += slab) {
     const int64_t n_valid = w.n_out - o0 < slab ? w.n_out - o0 : slab;
     const int64_t n_pad = (n_valid + kBM - 1) / kBM * kBM;
-    launch(k_repack_w, blocks_for(n_pad * L.KP, "mma repack (weights)"), 256, 0, stream, w.data, w.row_stride, o0,
-           n_valid, n_pad, L, pwq, pwd);
+    launch(k_repack_w, grid_for(n_pad * L.KP, 256), 256, 0, stream, w.data, w.row_stride, o0, n_valid, n_pad, L, pwq,
+           pwd);
     check_launch("mma repack (weights)");
     GemmArgs g;
     g.wq = pwq, g.wd = pwd, g.aq = paq, g.ad = pad;

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemm_moe_mma.cuh"
@@ -256,12 +257,6 @@ __global__ void k_mma_slot_sum(const float* out, int64_t rows, int64_t k, int64_
   y[i] = acc;
 }
 
-unsigned grid1(int64_t n, const char* what) {
-  const int64_t b = (n + 255) / 256;
-  if (b > INT_MAX) fail("CUDA {}: {} items is too many", what, n);
-  return static_cast<unsigned>(b < 1 ? 1 : b);
-}
-
 template <bool kQ2K>
 void launch_moe_mma(const MoeArgs& g, int64_t pairs, int64_t nz, cudaStream_t s, const char* what) {
   static const bool smem_ok = [] {
@@ -303,11 +298,11 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   int32_t* cursor = tile0 + (ne + 1);
   int32_t* perm = cursor + (ne + 1);
   check(cudaMemsetAsync(cnt, 0, static_cast<size_t>(ne + 1) * sizeof(int32_t), stream), "cudaMemsetAsync (mma moe)");
-  launch(k_route_count, grid1(pairs, "mma moe count"), 256, 0, stream, experts, pairs, ne, cnt);
+  launch(k_route_count, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, cnt);
   check_launch("mma moe route count");
   launch(k_route_scan, 1, 32, 0, stream, cnt, ne, off, tile0, cursor);
   check_launch("mma moe route scan");
-  launch(k_route_place, grid1(pairs, "mma moe place"), 256, 0, stream, experts, pairs, ne, off, cursor, perm);
+  launch(k_route_place, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, off, cursor, perm);
   check_launch("mma moe route place");
 
   Scratch hbuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_ff) * sizeof(float), stream);
@@ -330,7 +325,7 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
     launch_moe_mma<false>(g, pairs, 2, stream, "mma moe gate/up (iq2_xxs, tensor cores)");
     launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, gu, 2 * n_ff);
     check_launch("mma moe bad ids (gate/up)");
-    launch(k_mma_swiglu, grid1(pairs * n_ff, "mma moe swiglu"), 256, 0, stream, gu, weights, pairs, n_ff, limit, h);
+    launch(k_mma_swiglu, grid_for(pairs * n_ff, 256), 256, 0, stream, gu, weights, pairs, n_ff, limit, h);
     check_launch("mma moe swiglu");
   }
   Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
@@ -347,7 +342,7 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   launch_moe_mma<true>(g, pairs, 1, stream, "mma moe down (q2_k, tensor cores)");
   launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, out, n_embd);
   check_launch("mma moe bad ids (down)");
-  launch(k_mma_slot_sum, grid1(rows * n_embd, "mma moe slot sum"), 256, 0, stream, out, rows, k, n_embd, y);
+  launch(k_mma_slot_sum, grid_for(rows * n_embd, 256), 256, 0, stream, out, rows, k, n_embd, y);
   check_launch("mma moe slot sum");
 }
 
