@@ -17,6 +17,7 @@
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_quant_act.cuh"
+#include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
@@ -657,6 +658,8 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     Scratch buf(use_pre ? 0 : act_bytes(at, rows, x_len), stream);
     const ActQ aq = use_pre ? ActQ{pre->qs, pre->d, nullptr, x_len}
                             : quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
+    if constexpr (std::is_same_v<F, FmtQ8_0>)  // tensor cores, opt-in (gemm_mma.h)
+      if (mma_applies(w, rows, group_rows)) return mma_matmul_q8_0(w, aq, rows, group_rows, y, y_stride, stream);
     if (rows == 1 && !staged_only) {
       const int64_t nb = w.n_in / F::kBE;
       if constexpr (std::is_same_v<F, FmtQ8_0>)

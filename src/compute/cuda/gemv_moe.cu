@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
 #include "compute/cuda/gemv_formats_ext.cuh"
@@ -628,6 +629,10 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
     return;
   }
 
+  if (mma_moe_applies(gate, up, down, rows, k)) {  // tensor cores, opt-in (gemm_mma.h)
+    mma_moe(gate, up, down, x, experts, weights, rows, k, limit, y, stream);
+    return;
+  }
   static const bool staged_only = std::getenv("DS4_CUDA_STAGED_MOE") != nullptr;  // A/B against the staged kernels
   if (warp_moe_applies(gate, down) && !staged_only) {
     warp_moe(gate, up, down, x, experts, weights, rows, k, limit, h, y, stream);

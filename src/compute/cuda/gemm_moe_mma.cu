@@ -1,0 +1,349 @@
+// Tensor-core routed experts for many rows (gemm_mma.h mma_moe; opt-in DS4_CUDA_MMA=1): the
+// (token, slot) pairs grouped by expert on the device (count, one-thread scan, placement), then
+// grouped products (gemm_moe_mma.cuh): IQ2_XXS gate and up (blockIdx.z) into gu, the CPU's
+// swiglu into h, h quantized to Q8_K (the CPU's bytes), Q2_K down into out, and the slots added
+// in slot order. Every value is the CPU's bit for bit (the grouping only decides which block of
+// threads computes a pair, never how); an expert id outside [0, n_expert) makes that pair's
+// values NaN (the kernels cannot throw).
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_ops.h"
+#include "compute/cuda/cuda_util.cuh"
+#include "compute/cuda/gemm_mma.h"
+#include "compute/cuda/gemm_moe_mma.cuh"
+#include "compute/cuda/gemv_internal.h"
+#include "core/error.h"
+
+namespace ds4::cuda::gemv_detail {
+namespace {
+
+using namespace ds4::cuda::moe_mma;
+
+// d = A * B (C = 0).
+__device__ __forceinline__ void mma_s8_zero(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(0));
+}
+// d += A * B.
+__device__ __forceinline__ void mma_s8_acc(int d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+struct MoeArgs {
+  const uint8_t* w0;  // expert 0 of the matrix (z = 0)
+  const uint8_t* w1;  // z = 1 (up), or w0
+  size_t expert_stride, row_stride;
+  int64_t n_in, n_out, n_expert;
+  const int8_t* aqs;  // Q8_K activations, quantize_acts' layout
+  const float* ad;
+  int64_t a_n;    // values per activation row
+  int64_t k;      // slots per token
+  bool by_token;  // activation row of pair p: p / k (gate/up) or p (down)
+  const int32_t* perm;
+  const int32_t* off;
+  const int32_t* cnt;
+  const int32_t* tile0;
+  float* out;  // out[(p * zs + z) * n_out + o]
+  int64_t zs;
+  const uint64_t* grid;
+};
+
+template <bool kQ2K>
+__device__ __forceinline__ void fill_stage(const MoeArgs& g, const uint8_t* W, int64_t o0, const int* s_pair, int sb,
+                                           uint8_t* st) {
+  constexpr int kBB = kQ2K ? 84 : 66;
+#pragma unroll
+  for (int u = 0; u < kItemsW / kThreads; ++u) {
+    const int item = threadIdx.x + kThreads * u, row = item / 8, c = item % 8;
+    const int64_t o = o0 + row;
+    const uint8_t* blk =
+        o < g.n_out ? W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * kBB : nullptr;
+    if constexpr (kQ2K)
+      decode_q2k_item(blk, c, st, row);
+    else
+      decode_iq2_item(blk, c, g.grid, st, row);
+  }
+#pragma unroll
+  for (int u = 0; u < kItemsA / kThreads; ++u) {
+    const int i = threadIdx.x + kThreads * u;
+    const int p = s_pair[i / 16];
+    const int64_t arow = p < 0 ? -1 : (g.by_token ? p / g.k : p);
+    act_piece(g.aqs, g.ad, g.a_n, arow, sb, i, st);
+  }
+}
+
+// One superblock (stage `st`): its integer sums, then its term into slot SLOT.
+template <bool kQ2K, int SLOT>
+__device__ __forceinline__ void superblock(FAcc& f, const uint8_t* st, int lane, int warp) {
+  IAcc ia;
+  clear(ia);
+#pragma unroll
+  for (int ks = 0; ks < 8; ++ks) {
+    Frags fr;
+    load_frags(st, lane, warp, ks, fr);
+    if constexpr (kQ2K) {
+      uint32_t am[kMT][4];
+      load_min_frags(st, lane, warp, ks, am);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          mma_s8_acc(ia.v[mt][nt], fr.a[mt], fr.b[nt]);
+          mma_s8_acc(ia.m[mt][nt], am[mt], fr.b[nt]);
+        }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          int d[4];
+          mma_s8_zero(d, fr.a[mt], fr.b[nt]);
+          iq2_group(ia, st, lane, warp, ks, mt, nt, d);
+        }
+    }
+  }
+  if constexpr (kQ2K)
+    q2k_term<SLOT>(f, ia, st, lane, warp);
+  else
+    iq2_term(f, ia, st, lane, warp);
+}
+
+struct Loop {
+  uint8_t* smem;
+  const uint8_t* W;
+  int64_t o0;
+  const int* s_pair;
+  int nsb, idx, lane, warp;
+};
+
+// The superblock at visiting position L.idx (its stage filled), then the next one's fill.
+template <bool kQ2K, int SLOT>
+__device__ __forceinline__ void step(FAcc& f, const MoeArgs& g, Loop& L) {
+  superblock<kQ2K, SLOT>(f, L.smem + (L.idx & 1) * kStageBytes, L.lane, L.warp);
+  if (L.idx + 1 < L.nsb)
+    fill_stage<kQ2K>(g, L.W, L.o0, L.s_pair, sb_at(kQ2K, L.nsb, L.idx + 1), L.smem + ((L.idx + 1) & 1) * kStageBytes);
+  __syncthreads();
+  ++L.idx;
+}
+
+template <int S>
+__device__ __forceinline__ void q2k_segment(FAcc& f, const MoeArgs& g, Loop& L) {
+  clear_slot<seg_slot(S)>(f);
+  const int n = seg_count_sb(L.nsb, S);
+  for (int j = 0; j < n; ++j) step<true, seg_slot(S)>(f, g, L);
+  end_segment<S>(f);
+}
+
+// blockIdx.x: 128 rows; blockIdx.y: tile of the expert-grouped pairs; blockIdx.z: matrix.
+template <bool kQ2K>
+__global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
+  pdl_begin();
+  extern __shared__ uint4 smem4[];
+  __shared__ int s_pair[kBN];
+  uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
+  const int e = tile_expert(g.tile0, static_cast<int>(g.n_expert), static_cast<int>(blockIdx.y));
+  if (e < 0) return;  // past the last tile (uniform over the block)
+  const int j0 = (static_cast<int>(blockIdx.y) - g.tile0[e]) * kBN;
+  const int ntok = g.cnt[e] - j0 < kBN ? g.cnt[e] - j0 : kBN;
+  if (threadIdx.x < kBN)
+    s_pair[threadIdx.x] = static_cast<int>(threadIdx.x) < ntok ? g.perm[g.off[e] + j0 + threadIdx.x] : -1;
+  __syncthreads();
+  Loop L;
+  L.smem = smem;
+  L.W = (blockIdx.z ? g.w1 : g.w0) + static_cast<size_t>(e) * g.expert_stride;
+  L.o0 = static_cast<int64_t>(blockIdx.x) * kBM;
+  L.s_pair = s_pair;
+  L.nsb = static_cast<int>(g.n_in / 256);
+  L.idx = 0;
+  L.lane = threadIdx.x & 31;
+  L.warp = threadIdx.x >> 5;
+  fill_stage<kQ2K>(g, L.W, L.o0, s_pair, sb_at(kQ2K, L.nsb, 0), smem);
+  __syncthreads();
+  FAcc f;
+  if constexpr (kQ2K) {
+    q2k_segment<0>(f, g, L);
+    q2k_segment<1>(f, g, L);
+    q2k_segment<2>(f, g, L);
+    q2k_segment<3>(f, g, L);
+    q2k_segment<4>(f, g, L);
+    q2k_segment<5>(f, g, L);
+    q2k_segment<6>(f, g, L);
+    q2k_segment<7>(f, g, L);
+  } else {
+    clear_slot<0>(f);
+    for (int j = 0; j < L.nsb; ++j) step<false, 0>(f, g, L);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t o = L.o0 + elem_row(L.lane, L.warp, mt, i);
+        const int col = elem_col(L.lane, L.warp, nt, i);
+        if (o < g.n_out && col < ntok) {
+          float v = f.v[0][mt][nt][i];
+          if constexpr (!kQ2K) v = __fmul_rn(0.125f, v);
+          g.out[(static_cast<int64_t>(s_pair[col]) * g.zs + blockIdx.z) * g.n_out + o] = v;
+        }
+      }
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+__global__ void k_route_count(const int32_t* experts, int64_t pairs, int64_t n_expert, int32_t* cnt) {
+  pdl_begin();
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= pairs) return;
+  const int32_t e = experts[p];
+  if (e >= 0 && e < n_expert) atomicAdd(cnt + e, 1);
+}
+// off / tile0: exclusive prefix sums of cnt and of ceil(cnt / kBN) (n_expert + 1 entries);
+// cursor cleared. One thread: n_expert is small.
+__global__ void k_route_scan(const int32_t* cnt, int64_t n_expert, int32_t* off, int32_t* tile0, int32_t* cursor) {
+  pdl_begin();
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  int32_t a = 0, t = 0;
+  for (int64_t e = 0; e < n_expert; ++e) {
+    off[e] = a, tile0[e] = t, cursor[e] = 0;
+    a += cnt[e];
+    t += (cnt[e] + kBN - 1) / kBN;
+  }
+  off[n_expert] = a, tile0[n_expert] = t;
+}
+__global__ void k_route_place(const int32_t* experts, int64_t pairs, int64_t n_expert, const int32_t* off,
+                              int32_t* cursor, int32_t* perm) {
+  pdl_begin();
+  const int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p >= pairs) return;
+  const int32_t e = experts[p];
+  if (e >= 0 && e < n_expert) perm[off[e] + atomicAdd(cursor + e, 1)] = static_cast<int32_t>(p);
+}
+// Rows of pairs with a bad expert id: NaN (blockIdx.x = pair).
+__global__ void k_nan_bad_pairs(const int32_t* experts, int64_t n_expert, float* out, int64_t row_len) {
+  pdl_begin();
+  const int64_t p = blockIdx.x;
+  const int32_t e = experts[p];
+  if (e >= 0 && e < n_expert) return;
+  for (int64_t i = threadIdx.x; i < row_len; i += blockDim.x) out[p * row_len + i] = __int_as_float(0x7fc00000);
+}
+
+// h[p][o] = swiglu(g, u, limit) * weight[p] (swiglu_one: the CPU's operations).
+__global__ void k_mma_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit,
+                             float* h) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= pairs * n_ff) return;
+  const int64_t p = i / n_ff, o = i % n_ff;
+  h[i] = swiglu_one(gu[(p * 2) * n_ff + o], gu[(p * 2 + 1) * n_ff + o], limit, weights[p]);
+}
+
+// y[t][o] = 0 + out[t*k][o] + ... in slot order.
+__global__ void k_mma_slot_sum(const float* out, int64_t rows, int64_t k, int64_t n_embd, float* y) {
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * n_embd) return;
+  const int64_t t = i / n_embd, o = i % n_embd;
+  float acc = 0.0f;
+  for (int64_t s = 0; s < k; ++s) acc = __fadd_rn(acc, out[(t * k + s) * n_embd + o]);
+  y[i] = acc;
+}
+
+template <bool kQ2K>
+void launch_moe_mma(const MoeArgs& g, int64_t pairs, int64_t nz, cudaStream_t s, const char* what) {
+  static const bool smem_ok = [] {
+    allow_smem(reinterpret_cast<const void*>(k_moe_mma<kQ2K>), kSmemBytes, "mma moe");
+    return true;
+  }();
+  (void)smem_ok;
+  const int64_t gx = (g.n_out + kBM - 1) / kBM, gy = (pairs + kBN - 1) / kBN + g.n_expert;
+  if (gy > 65535 || gx > INT_MAX) fail("CUDA {}: {} pairs x {} experts is too many tiles", what, pairs, g.n_expert);
+  const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(nz));
+  launch(k_moe_mma<kQ2K>, grid, kThreads, kSmemBytes, s, g);
+  check_launch(what);
+}
+
+}  // namespace
+
+bool mma_moe_applies(const DevExperts& gate, const DevExperts& up, const DevExperts& down, int64_t rows, int64_t k) {
+  if (!mma_enabled() || rows * k < kMmaMinRows) return false;
+  if (gate.first.type != GgmlType::IQ2_XXS || up.first.type != GgmlType::IQ2_XXS || down.first.type != GgmlType::Q2_K)
+    return false;
+  const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out;
+  return n_embd % 256 == 0 && n_ff % 256 == 0 && gate.n_expert > 0 && gate.n_expert <= 65535 - 1 &&
+         rows * k < INT_MAX / 2 && down.first.row_stride % 4 == 0 && down.expert_stride % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(down.first.data) % 4 == 0;
+}
+
+void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
+             const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
+             cudaStream_t stream) {
+  const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out, pairs = rows * k, ne = gate.n_expert;
+  if (pairs <= 0) return;
+  const uint64_t* grid = reinterpret_cast<const uint64_t*>(iq2_grid_address());
+
+  // Routing: cnt | off | tile0 | cursor | perm.
+  Scratch rbuf(static_cast<size_t>(4 * (ne + 1) + pairs) * sizeof(int32_t), stream);
+  int32_t* cnt = static_cast<int32_t*>(rbuf.get());
+  int32_t* off = cnt + (ne + 1);
+  int32_t* tile0 = off + (ne + 1);
+  int32_t* cursor = tile0 + (ne + 1);
+  int32_t* perm = cursor + (ne + 1);
+  check(cudaMemsetAsync(cnt, 0, static_cast<size_t>(ne + 1) * sizeof(int32_t), stream), "cudaMemsetAsync (mma moe)");
+  launch(k_route_count, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, cnt);
+  check_launch("mma moe route count");
+  launch(k_route_scan, 1, 32, 0, stream, cnt, ne, off, tile0, cursor);
+  check_launch("mma moe route scan");
+  launch(k_route_place, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, off, cursor, perm);
+  check_launch("mma moe route place");
+
+  Scratch hbuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_ff) * sizeof(float), stream);
+  float* h = static_cast<float*>(hbuf.get());
+  {
+    Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
+    const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    Scratch gub(static_cast<size_t>(pairs) * 2 * static_cast<size_t>(n_ff) * sizeof(float), stream);
+    float* gu = static_cast<float*>(gub.get());
+    MoeArgs g{};
+    g.w0 = gate.first.data, g.w1 = up.first.data;
+    if (gate.expert_stride != up.expert_stride || gate.first.row_stride != up.first.row_stride)
+      fail("CUDA mma moe: gate and up strides differ ({} / {}, {} / {})", gate.expert_stride, up.expert_stride,
+           gate.first.row_stride, up.first.row_stride);
+    g.expert_stride = gate.expert_stride, g.row_stride = gate.first.row_stride;
+    g.n_in = n_embd, g.n_out = n_ff, g.n_expert = ne;
+    g.aqs = aq.qs, g.ad = aq.d, g.a_n = n_embd, g.k = k, g.by_token = true;
+    g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
+    g.out = gu, g.zs = 2, g.grid = grid;
+    launch_moe_mma<false>(g, pairs, 2, stream, "mma moe gate/up (iq2_xxs, tensor cores)");
+    launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, gu, 2 * n_ff);
+    check_launch("mma moe bad ids (gate/up)");
+    launch(k_mma_swiglu, grid_for(pairs * n_ff, 256), 256, 0, stream, gu, weights, pairs, n_ff, limit, h);
+    check_launch("mma moe swiglu");
+  }
+  Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
+  const ActQ haq = quantize_acts(GgmlType::Q8_K, h, pairs, n_ff, n_ff, hq.get(), stream);
+  Scratch obuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_embd) * sizeof(float), stream);
+  float* out = static_cast<float*>(obuf.get());
+  MoeArgs g{};
+  g.w0 = down.first.data, g.w1 = down.first.data;
+  g.expert_stride = down.expert_stride, g.row_stride = down.first.row_stride;
+  g.n_in = n_ff, g.n_out = n_embd, g.n_expert = ne;
+  g.aqs = haq.qs, g.ad = haq.d, g.a_n = n_ff, g.k = k, g.by_token = false;
+  g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
+  g.out = out, g.zs = 1, g.grid = grid;
+  launch_moe_mma<true>(g, pairs, 1, stream, "mma moe down (q2_k, tensor cores)");
+  launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, out, n_embd);
+  check_launch("mma moe bad ids (down)");
+  launch(k_mma_slot_sum, grid_for(rows * n_embd, 256), 256, 0, stream, out, rows, k, n_embd, y);
+  check_launch("mma moe slot sum");
+}
+
+}  // namespace ds4::cuda::gemv_detail

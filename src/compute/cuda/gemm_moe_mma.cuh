@@ -1,0 +1,352 @@
+#pragma once
+// Tensor-core routed experts for many rows (internal to gemm_moe_mma.cu): the per-thread pieces
+// for device and host, as gemm_mma.cuh (tests/unit/cuda_formats/test_gemm_moe_mma_host.cpp runs
+// them on the host in the kernels' order with the PTX mma.sync model against quant::vec_dot).
+//
+// The (token, slot) pairs are grouped by expert on the device; a block of threads owns 128 rows
+// of one expert's matrix x up to 32 of the expert's pairs, and reads each weight superblock once
+// for them. Weight superblocks (256 values) are decoded by the block into int8 in shared memory:
+//  * IQ2_XXS (gate/up): value = grid byte * sign, |v| <= 43; per 32-value group one mma (C = 0)
+//    gives the group's exact dot, times the group scale ls in integers: the superblock's bsum
+//    exactly as quant's scalar kernel; term (d_w * d_a) * float(bsum) into one running sum (the
+//    CPU's order), x 0.125 at the end.
+//  * Q2_K (down): value = (scale & 15) * q <= 45, so 8 chained mmas give isum exactly; a second
+//    chain against the mins (scale >> 4, one per 16 values, broadcast) gives summs = sum_j
+//    m_j * bsums_j exactly; term (d_a*d)*isum - (d_a*dmin)*summs into partial (superblock % 8):
+//    superblocks visited partial by partial in gemm_mma.cuh's segment order, 4 live slots, the
+//    CPU's fold.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "compute/cuda/gemm_mma.cuh"
+
+namespace ds4::cuda::moe_mma {
+
+using mma::f_add;
+using mma::f_mul;
+using mma::f_sub;
+using mma::ld_f32;
+using mma::ld_u32;
+using mma::seg_partial;
+using mma::seg_slot;
+
+constexpr int kBM = 128, kBN = 32, kThreads = 256;  // 8 warps: 4 along M x 2 along N, 32 x 16 each
+constexpr int kMT = 2, kNT = 2;
+constexpr int kPitch = 256 + 16;  // bytes per decoded row (one superblock) in shared memory
+constexpr int kWOff = 0;
+constexpr int kAOff = kWOff + kBM * kPitch;
+constexpr int kSOff = kAOff + kBN * kPitch;  // IQ2_XXS: ls [row][8]; Q2_K: mins [row][16]
+constexpr int kDOff = kSOff + kBM * 16;      // f32 d [row]
+constexpr int kMOff = kDOff + kBM * 4;       // f32 dmin [row] (Q2_K)
+constexpr int kAdOff = kMOff + kBM * 4;      // f32 activation d [token]
+constexpr int kStageBytes = kAdOff + kBN * 4;
+constexpr int kSmemBytes = 2 * kStageBytes;
+constexpr int kItemsW = kBM * 8;   // (row, 32-value chunk) decode items per stage
+constexpr int kItemsA = kBN * 16;  // 16-byte activation pieces per stage
+static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
+static_assert(kItemsW % kThreads == 0 && kItemsA % kThreads == 0, "whole items per thread");
+
+__host__ __device__ inline float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__host__ __device__ inline uint16_t ld_u16(const uint8_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint16_t*>(p);
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+__host__ __device__ inline void st_u32(uint8_t* p, uint32_t v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint32_t*>(p) = v;
+#else
+  std::memcpy(p, &v, 4);
+#endif
+}
+__host__ __device__ inline void st_f32(uint8_t* p, float v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<float*>(p) = v;
+#else
+  std::memcpy(p, &v, 4);
+#endif
+}
+__host__ __device__ inline int popc7(uint32_t v) {
+  int c = 0;
+  for (int i = 0; i < 7; ++i) c += (v >> i) & 1u;
+  return c;
+}
+__host__ __device__ inline float i2f(int v) {
+#ifdef __CUDA_ARCH__
+  return __int2float_rn(v);
+#else
+  return static_cast<float>(v);  // round to nearest even
+#endif
+}
+
+// ---- decode of one (row, chunk) item into stage `st` ----------------------------------------
+
+// IQ2_XXS superblock `blk` (66 bytes, 2-byte aligned), 32-value group c (null blk: zeros).
+// grid: the 256 grid entries (8 unsigned bytes each).
+__host__ __device__ inline void decode_iq2_item(const uint8_t* blk, int c, const uint64_t* grid, uint8_t* st, int row) {
+  uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int ls = 0;
+  float d = 0.0f;
+  if (blk) {
+    const uint8_t* q = blk + 2 + 8 * c;
+    const uint32_t aux0 = ld_u16(q) | (static_cast<uint32_t>(ld_u16(q + 2)) << 16);
+    const uint32_t aux1 = ld_u16(q + 4) | (static_cast<uint32_t>(ld_u16(q + 6)) << 16);
+    ls = 2 * static_cast<int>(aux1 >> 28) + 1;
+    for (int l = 0; l < 4; ++l) {
+      const uint64_t g = grid[(aux0 >> (8 * l)) & 255u];
+      const uint32_t s7 = (aux1 >> (7 * l)) & 127u;
+      const uint32_t sg = s7 | ((static_cast<uint32_t>(popc7(s7)) & 1u) << 7);
+      for (int h = 0; h < 2; ++h) {
+        uint32_t v = 0;
+        for (int j = 0; j < 4; ++j) {
+          const int bj = 4 * h + j;
+          int x = static_cast<int>((g >> (8 * bj)) & 0xffu);
+          if ((sg >> bj) & 1u) x = -x;
+          v |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(x))) << (8 * j);
+        }
+        w[2 * l + h] = v;
+      }
+    }
+    d = f16(ld_u16(blk));
+  }
+  uint8_t* dst = st + kWOff + row * kPitch + 32 * c;
+  for (int t = 0; t < 8; ++t) st_u32(dst + 4 * t, w[t]);
+  st[kSOff + row * 16 + c] = static_cast<uint8_t>(ls);
+  if (c == 0) st_f32(st + kDOff + row * 4, d);
+}
+
+// Q2_K superblock `blk` (84 bytes, 4-byte aligned), 32-value chunk c = 4h + s (null: zeros).
+__host__ __device__ inline void decode_q2k_item(const uint8_t* blk, int c, uint8_t* st, int row) {
+  uint32_t w[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int sc0 = 0, sc1 = 0;
+  float d = 0.0f, dm = 0.0f;
+  if (blk) {
+    const int h = c / 4, s = c % 4;
+    const uint32_t scw = ld_u32(blk + 4 * (2 * h + s / 2));
+    sc0 = static_cast<int>((scw >> (16 * (s % 2))) & 0xffu);
+    sc1 = static_cast<int>((scw >> (16 * (s % 2) + 8)) & 0xffu);
+    for (int t = 0; t < 8; ++t) {
+      const uint32_t qw = ld_u32(blk + 16 + 32 * h + 4 * t);  // qs bytes 32h + 4t .. +3
+      const int mul = (t < 4 ? sc0 : sc1) & 15;               // bytes 0..15 of the 32: half 0, 16..31: half 1
+      uint32_t v = 0;
+      for (int j = 0; j < 4; ++j) {
+        const int q = static_cast<int>((qw >> (8 * j + 2 * s)) & 3u);
+        v |= static_cast<uint32_t>(mul * q) << (8 * j);
+      }
+      w[t] = v;
+    }
+    const uint32_t dd = ld_u32(blk + 80);
+    d = f16(static_cast<uint16_t>(dd & 0xffffu));
+    dm = f16(static_cast<uint16_t>(dd >> 16));
+  }
+  uint8_t* dst = st + kWOff + row * kPitch + 32 * c;
+  for (int t = 0; t < 8; ++t) st_u32(dst + 4 * t, w[t]);
+  st[kSOff + row * 16 + 2 * c] = static_cast<uint8_t>(sc0 >> 4);
+  st[kSOff + row * 16 + 2 * c + 1] = static_cast<uint8_t>(sc1 >> 4);
+  if (c == 0) {
+    st_f32(st + kDOff + row * 4, d);
+    st_f32(st + kMOff + row * 4, dm);
+  }
+}
+
+// Activation piece i (< kItemsA) of superblock sb: Q8_K quants of the tile's token tok = i / 16
+// at row `arow` (-1: padding) of qs (n values per row), and the token's d (part 0 only).
+__host__ __device__ inline void act_piece(const int8_t* qs, const float* d, int64_t n, int64_t arow, int sb, int i,
+                                          uint8_t* st) {
+  const int tok = i / 16, part = i % 16;
+  uint32_t v[4] = {0, 0, 0, 0};
+  float s = 0.0f;
+  if (arow >= 0) {
+    const uint8_t* src = reinterpret_cast<const uint8_t*>(qs + arow * n + 256 * static_cast<int64_t>(sb) + 16 * part);
+    for (int t = 0; t < 4; ++t) v[t] = ld_u32(src + 4 * t);
+    s = d[arow * (n / 256) + sb];
+  }
+  uint8_t* dst = st + kAOff + tok * kPitch + 16 * part;
+  for (int t = 0; t < 4; ++t) st_u32(dst + 4 * t, v[t]);
+  if (part == 0) st_f32(st + kAdOff + tok * 4, s);
+}
+
+// ---- fragments (the PTX layout of gemm_mma.cuh's Frags) -------------------------------------
+
+struct Frags {
+  uint32_t a[kMT][4];
+  uint32_t b[kNT][2];
+};
+// k step ks (32 values) of the stage.
+__host__ __device__ inline void load_frags(const uint8_t* st, int lane, int warp, int ks, Frags& f) {
+  const int gid = lane >> 2, tig = lane & 3;
+  const int wm = (warp & 3) * (16 * kMT), wn = (warp >> 2) * (8 * kNT);
+  for (int mt = 0; mt < kMT; ++mt) {
+    const uint8_t* p0 = st + kWOff + (wm + 16 * mt + gid) * kPitch + 32 * ks + 4 * tig;
+    const uint8_t* p1 = p0 + 8 * kPitch;
+    f.a[mt][0] = ld_u32(p0);
+    f.a[mt][1] = ld_u32(p1);
+    f.a[mt][2] = ld_u32(p0 + 16);
+    f.a[mt][3] = ld_u32(p1 + 16);
+  }
+  for (int nt = 0; nt < kNT; ++nt) {
+    const uint8_t* p = st + kAOff + (wn + 8 * nt + gid) * kPitch + 32 * ks + 4 * tig;
+    f.b[nt][0] = ld_u32(p);
+    f.b[nt][1] = ld_u32(p + 16);
+  }
+}
+// Q2_K: the mins as an A operand for k step ks: values 0..15 of the step belong to 16-group 2ks,
+// 16..31 to 2ks + 1 (a0/a1: k < 16, a2/a3: k >= 16).
+__host__ __device__ inline void load_min_frags(const uint8_t* st, int lane, int warp, int ks, uint32_t am[kMT][4]) {
+  const int gid = lane >> 2;
+  const int wm = (warp & 3) * (16 * kMT);
+  for (int mt = 0; mt < kMT; ++mt) {
+    const int r = wm + 16 * mt + gid;
+    const uint32_t m00 = st[kSOff + r * 16 + 2 * ks], m01 = st[kSOff + r * 16 + 2 * ks + 1];
+    const uint32_t m10 = st[kSOff + (r + 8) * 16 + 2 * ks], m11 = st[kSOff + (r + 8) * 16 + 2 * ks + 1];
+    am[mt][0] = m00 * 0x01010101u;
+    am[mt][1] = m10 * 0x01010101u;
+    am[mt][2] = m01 * 0x01010101u;
+    am[mt][3] = m11 * 0x01010101u;
+  }
+}
+
+__host__ __device__ inline int elem_row(int lane, int warp, int mt, int i) {
+  return (warp & 3) * (16 * kMT) + 16 * mt + (lane >> 2) + 8 * (i >> 1);
+}
+__host__ __device__ inline int elem_col(int lane, int warp, int nt, int i) {
+  return (warp >> 2) * (8 * kNT) + 8 * nt + 2 * (lane & 3) + (i & 1);
+}
+
+// ---- per-lane accumulators and the superblock epilogues ------------------------------------
+
+struct IAcc {  // integer sums of the current superblock
+  int v[kMT][kNT][4];
+  int m[kMT][kNT][4];  // Q2_K summs
+};
+struct FAcc {  // float slots (IQ2_XXS: slot 0 only)
+  float v[4][kMT][kNT][4];
+};
+
+__host__ __device__ inline void clear(IAcc& a) {
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < kNT; ++nt)
+      for (int i = 0; i < 4; ++i) a.v[mt][nt][i] = 0, a.m[mt][nt][i] = 0;
+}
+
+// IQ2_XXS, group ks: bsum += ls(row, ks) * dot.
+__host__ __device__ inline void iq2_group(IAcc& a, const uint8_t* st, int lane, int warp, int ks, int mt, int nt,
+                                          const int d[4]) {
+  for (int i = 0; i < 4; ++i) {
+    const int r = elem_row(lane, warp, mt, i);
+    a.v[mt][nt][i] += static_cast<int>(st[kSOff + r * 16 + ks]) * d[i];
+  }
+}
+// IQ2_XXS, end of a superblock: sum += (d_w * d_a) * float(bsum).
+__host__ __device__ inline void iq2_term(FAcc& f, const IAcc& a, const uint8_t* st, int lane, int warp) {
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < kNT; ++nt)
+      for (int i = 0; i < 4; ++i) {
+        const float dw = ld_f32(st + kDOff + elem_row(lane, warp, mt, i) * 4);
+        const float da = ld_f32(st + kAdOff + elem_col(lane, warp, nt, i) * 4);
+        f.v[0][mt][nt][i] = f_add(f.v[0][mt][nt][i], f_mul(f_mul(dw, da), i2f(a.v[mt][nt][i])));
+      }
+}
+// Q2_K, end of a superblock: slot += (d_a*d)*isum - (d_a*dmin)*summs.
+template <int SLOT>
+__host__ __device__ inline void q2k_term(FAcc& f, const IAcc& a, const uint8_t* st, int lane, int warp) {
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < kNT; ++nt)
+      for (int i = 0; i < 4; ++i) {
+        const int r = elem_row(lane, warp, mt, i);
+        const float da = ld_f32(st + kAdOff + elem_col(lane, warp, nt, i) * 4);
+        const float dall = f_mul(da, ld_f32(st + kDOff + r * 4)), dmin = f_mul(da, ld_f32(st + kMOff + r * 4));
+        const float t = f_sub(f_mul(dall, i2f(a.v[mt][nt][i])), f_mul(dmin, i2f(a.m[mt][nt][i])));
+        f.v[SLOT][mt][nt][i] = f_add(f.v[SLOT][mt][nt][i], t);
+      }
+}
+
+template <int K>
+__host__ __device__ inline void clear_slot(FAcc& f) {
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < kNT; ++nt)
+      for (int i = 0; i < 4; ++i) f.v[K][mt][nt][i] = 0.0f;
+}
+template <int A, int B>
+__host__ __device__ inline void fold(FAcc& f) {
+  for (int mt = 0; mt < kMT; ++mt)
+    for (int nt = 0; nt < kNT; ++nt)
+      for (int i = 0; i < 4; ++i) f.v[A][mt][nt][i] = f_add(f.v[A][mt][nt][i], f.v[B][mt][nt][i]);
+}
+// gemm_mma.cuh's schedule: slot seg_slot(S) is cleared before segment S; after it, the folds.
+template <int S>
+__host__ __device__ inline void end_segment(FAcc& f) {
+  if constexpr (S == 1) {
+    fold<0, 1>(f);
+  } else if constexpr (S == 3) {
+    fold<1, 2>(f);
+    fold<0, 1>(f);
+  } else if constexpr (S == 5) {
+    fold<1, 2>(f);
+  } else if constexpr (S == 7) {
+    fold<2, 3>(f);
+    fold<1, 2>(f);
+    fold<0, 1>(f);
+  }
+}
+// Superblocks of partial seg_partial(S) among nsb.
+__host__ __device__ inline int seg_count_sb(int nsb, int s) {
+  const int p = seg_partial(s);
+  return p < nsb ? (nsb - p + 7) / 8 : 0;
+}
+// The idx-th superblock in visiting order: Q2_K segment order, IQ2_XXS natural order.
+__host__ __device__ inline int sb_at(bool eight, int nsb, int idx) {
+  if (!eight) return idx;
+  for (int s = 0; s < 8; ++s) {
+    const int c = seg_count_sb(nsb, s);
+    if (idx < c) return seg_partial(s) + 8 * idx;
+    idx -= c;
+  }
+  return -1;
+}
+
+// ---- between the products -------------------------------------------------------------------
+
+// h = swiglu(g, u, limit) * weight with compute::CpuBackend::swiglu's operations: std::min /
+// std::clamp as written there, e^x as compute::exp_f (exp in double, rounded once), each
+// operation rounded on its own (k_mma_swiglu; the host test runs it against the CPU backend).
+__host__ __device__ inline float swiglu_one(float gv, float uv, float limit, float weight) {
+  if (limit > 0.0f) {
+    gv = limit < gv ? limit : gv;
+    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);
+  }
+  const float e = static_cast<float>(exp(static_cast<double>(-gv)));
+#ifdef __CUDA_ARCH__
+  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, e));
+#else
+  const float silu = gv / (1.0f + e);
+#endif
+  return f_mul(f_mul(silu, uv), weight);
+}
+
+// ---- routing ---------------------------------------------------------------------------------
+
+// Tile y of the grouped launch: the expert e with tile0[e] <= y < tile0[e+1] (tile0: n_expert+1
+// exclusive prefix sums of ceil(count/kBN)); -1 past the last tile.
+__host__ __device__ inline int tile_expert(const int32_t* tile0, int n_expert, int y) {
+  if (y >= tile0[n_expert]) return -1;
+  int lo = 0, hi = n_expert;  // tile0[lo] <= y < tile0[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (tile0[mid] <= y)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+}  // namespace ds4::cuda::moe_mma
