@@ -159,8 +159,11 @@ TEST(GemmExact, FewTokenKernelsEqualScalar) {
             const bool done = quant::gemv_iq2_xxs_avx512vbmi(w.data(), w_stride, rows, a.data(), a_stride, tokens, y.data(),
                                                              rows, nb * f.block_elems);
             ASSERT_EQ(done, !has_min) << what;
-            if (!done)
-              for (float v : y) ASSERT_EQ(v, -7.0f) << "declined but wrote, " << what;
+            if (!done) {
+              for (float v : y) {
+                ASSERT_EQ(v, -7.0f) << "declined but wrote, " << what;
+              }
+            }
           }
           // Without -128 (what the Q8_K quantizer writes): the direct kernels themselves.
           for (int64_t t = 0; t < tokens; ++t)
