@@ -134,6 +134,11 @@ int experts(int copies, int reps) {
          if (!quant::gemv_iq2_xxs_avx512vbmi(w, ws, rows, act, as, tokens, y, ys, n)) std::abort();
        }},
       {GgmlType::Q2_K, 4096, 2048, "down (2048 -> 4096)", quant::gemm_q2_K_avx512, quant::gemv_q2_K_avx512vbmi}};
+  // The panel kernels are called directly below: without AVX-512 VNNI they would fault (SIGILL).
+  if (!quant::have_avx512_vnni()) {
+    fmt::print("--experts needs a CPU with AVX-512 VNNI (or DS4_NO_AVX512 is set)\n");
+    return 1;
+  }
   const bool vbmi = quant::have_avx512_vbmi();
   fmt::print("AVX-512 VNNI: {}, VBMI: {}; {} copies, best of {}, thread CPU time\n", quant::have_avx512_vnni() ? "yes" : "no",
              vbmi ? "yes" : "no", copies, reps);
