@@ -10,6 +10,8 @@
 // the caches) through the one-token kernels on one thread and prints GB/s for the blocked
 // kernel, the per-row kernel and a plain read of the same bytes (wall time, best of --reps):
 // how close a decode step's Q8_0 products come to the memory's read rate.
+//
+// --experts COPIES: the routed-expert products of a decode step (see experts() below).
 #include <fmt/format.h>
 #include <time.h>
 
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "quant/kernels.h"
 #include "quant/quant.h"
 #include "quant/types.h"
 
@@ -112,6 +115,82 @@ int stream_q8_0(double mb, int reps) {
   return 0;
 }
 
+// --experts COPIES: the routed-expert shapes of Flash (IQ2_XXS gate/up 2048 x 4096, Q2_K down
+// 4096 x 2048), COPIES distinct copies cycled (enough to leave the L3: the weights come from
+// memory, as a decode step's experts do), 1/2/4/8 tokens, one thread, thread CPU time, best of
+// reps. Columns: the per-row kernel, the blocked (panel) kernel, the few-token kernel, what
+// gemm_kernel picks, and a plain read of the same bytes, each as ms per matrix and GB/s.
+#if DS4_HAVE_AVX512_BUILD && DS4_HAVE_IQ2_XXS
+int experts(int copies, int reps) {
+  struct Ex {
+    GgmlType type;
+    int64_t rows, n;
+    const char* what;
+    quant::GemmKernel panel, direct;
+  };
+  const Ex shapes[] = {
+      {GgmlType::IQ2_XXS, 2048, 4096, "gate/up (4096 -> 2048)", quant::gemm_iq2_xxs_avx512,
+       [](const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y, int64_t ys, int64_t n) {
+         if (!quant::gemv_iq2_xxs_avx512vbmi(w, ws, rows, act, as, tokens, y, ys, n)) std::abort();
+       }},
+      {GgmlType::Q2_K, 4096, 2048, "down (2048 -> 4096)", quant::gemm_q2_K_avx512, quant::gemv_q2_K_avx512vbmi}};
+  // The panel kernels are called directly below: without AVX-512 VNNI they would fault (SIGILL).
+  if (!quant::have_avx512_vnni()) {
+    fmt::print("--experts needs a CPU with AVX-512 VNNI (or DS4_NO_AVX512 is set)\n");
+    return 1;
+  }
+  const bool vbmi = quant::have_avx512_vbmi();
+  fmt::print("AVX-512 VNNI: {}, VBMI: {}; {} copies, best of {}, thread CPU time\n", quant::have_avx512_vnni() ? "yes" : "no",
+             vbmi ? "yes" : "no", copies, reps);
+  fmt::print("| format | shape | tokens | MB cycled | per-row ms (GB/s) | panel ms (GB/s) | few-token ms (GB/s) | gemm_kernel ms | plain read ms (GB/s) |\n");
+  fmt::print("|---|---|---|---|---|---|---|---|---|\n");
+  std::mt19937 rng(16);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Ex& s : shapes) {
+    const size_t rb = row_bytes(traits(s.type), static_cast<uint64_t>(s.n));
+    const size_t mbytes = rb * static_cast<size_t>(s.rows);
+    std::vector<float> wf(static_cast<size_t>(s.rows * s.n)), imat(static_cast<size_t>(s.n), 1.0f);
+    for (auto& v : wf) v = nd(rng);
+    std::vector<uint8_t> w(mbytes * static_cast<size_t>(copies));
+    quant::quantize_rows(s.type, wf.data(), w.data(), s.rows, s.n, imat.data());
+    for (int c = 1; c < copies; ++c) std::memcpy(w.data() + c * mbytes, w.data(), mbytes);
+    const size_t ab = row_bytes(traits(GgmlType::Q8_K), static_cast<uint64_t>(s.n));
+    const quant::GemmKernel gemm = quant::gemm_kernel(s.type);
+    const quant::DotKernel dot = quant::dot_kernel(s.type);
+    for (int64_t T : {1, 2, 4, 8}) {
+      std::vector<float> x(static_cast<size_t>(T * s.n));
+      for (auto& v : x) v = nd(rng);
+      std::vector<uint8_t> a(ab * static_cast<size_t>(T));
+      for (int64_t t = 0; t < T; ++t) quant::quantize_activation_row(GgmlType::Q8_K, x.data() + t * s.n, a.data() + t * ab, s.n);
+      std::vector<float> y(static_cast<size_t>(T * s.rows));
+      double best[5] = {1e300, 1e300, 1e300, 1e300, 1e300};
+      uint64_t sink = 0;
+      for (int r = 0; r < reps; ++r) {
+        auto timed = [&](int k, auto&& body) {
+          const double t0 = thread_ms();
+          for (int c = 0; c < copies; ++c) body(w.data() + c * mbytes);
+          best[k] = std::min(best[k], (thread_ms() - t0) / copies);
+        };
+        timed(0, [&](const uint8_t* m) {
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t o = 0; o < s.rows; ++o) y[t * s.rows + o] = dot(m + o * rb, a.data() + t * ab, s.n);
+        });
+        timed(1, [&](const uint8_t* m) { s.panel(m, rb, s.rows, a.data(), ab, T, y.data(), s.rows, s.n); });
+        if (vbmi) timed(2, [&](const uint8_t* m) { s.direct(m, rb, s.rows, a.data(), ab, T, y.data(), s.rows, s.n); });
+        timed(3, [&](const uint8_t* m) { gemm(m, rb, s.rows, a.data(), ab, T, y.data(), s.rows, s.n); });
+        timed(4, [&](const uint8_t* m) { sink += sum_words(m, mbytes / 128 * 128); });
+      }
+      auto gbs = [&](double ms) { return static_cast<double>(mbytes) / (ms * 1e6); };
+      fmt::print("| {} | {} x {} {} | {} | {:.0f} | {:.3f} ({:.1f}) | {:.3f} ({:.1f}) | {} | {:.3f} | {:.3f} ({:.1f}){} |\n",
+                 traits(s.type).name, s.rows, s.n, s.what, T, static_cast<double>(w.size()) / 1e6, best[0], gbs(best[0]),
+                 best[1], gbs(best[1]), vbmi ? fmt::format("{:.3f} ({:.1f})", best[2], gbs(best[2])) : std::string("-"),
+                 best[3], best[4], gbs(best[4]), sink == 42 ? " " : "");
+    }
+  }
+  return 0;
+}
+#endif
+
 struct Shape {
   GgmlType type;
   int64_t rows, n;
@@ -123,12 +202,17 @@ struct Shape {
 int main(int argc, char** argv) {
   int reps = 3, copies = 8;
   double stream_mb = 0;
+  int experts_copies = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--copies") copies = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--stream") stream_mb = std::atof(argv[i + 1]);
+    else if (a == "--experts") experts_copies = std::max(1, std::atoi(argv[i + 1]));
   }
+#if DS4_HAVE_AVX512_BUILD && DS4_HAVE_IQ2_XXS
+  if (experts_copies > 0) return experts(experts_copies, reps);
+#endif
   if (stream_mb > 0) return stream_q8_0(stream_mb, reps);
   const Shape shapes[] = {{GgmlType::Q8_0, 1024, 4096, "attn_q_a"},
                           {GgmlType::IQ2_XXS, 2048, 4096, "ffn_gate/up_exps (one expert)"},

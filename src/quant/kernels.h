@@ -77,6 +77,21 @@ void gemm_q4_K_avx512(const void* w, size_t w_stride, int64_t rows, const void* 
                       int64_t tokens, float* y, int64_t y_stride, int64_t n);
 void gemm_iq2_xxs_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                          int64_t tokens, float* y, int64_t y_stride, int64_t n);
+// --- gemv_avx512.cpp (the above plus VBMI; quant.cpp checks for it): few-token products,
+// weights decoded in registers, no panel. Same floats as the scalar kernels bit for bit.
+// gemv_iq2_xxs returns false, writing nothing, when an activation quant is -128 (then use the
+// blocked kernel). The gemm_*_avx512vbmi wrappers take the direct kernels up to
+// kGemvMaxTokens* tokens and the blocked ones above (measured: docs/BENCHMARKS.md, issue 16).
+inline constexpr int64_t kGemvMaxTokensIq2xxs = 2;
+inline constexpr int64_t kGemvMaxTokensQ2K = 2;
+bool gemv_iq2_xxs_avx512vbmi(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                             int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemv_q2_K_avx512vbmi(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                          int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemm_iq2_xxs_avx512vbmi(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                             int64_t tokens, float* y, int64_t y_stride, int64_t n);
+void gemm_q2_K_avx512vbmi(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                          int64_t tokens, float* y, int64_t y_stride, int64_t n);
 // F16 weights, f32 activations: vec_dot_f16_f32_avx2's float bit for bit (FMA, same chains).
 void gemm_f16_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                      int64_t tokens, float* y, int64_t y_stride, int64_t n);

@@ -84,6 +84,21 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
+// AVX-512 VBMI (vpermi2b, vpmultishiftqb) besides the above: the few-token IQ2_XXS / Q2_K kernels.
+bool cpu_has_avx512_vbmi() {
+#if DS4_HAVE_AVX512_BUILD
+  static const bool yes = [] {
+    if (!cpu_has_avx512_vnni() || std::getenv("DS4_NO_AVX512_VBMI")) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c & (1u << 1)) != 0;
+  }();
+  return yes;
+#else
+  return false;
+#endif
+}
+
 bool cpu_has_avx2() {
 #if DS4_HAVE_AVX2_BUILD
   static const bool yes = detect_avx2_fma_f16c();
@@ -332,6 +347,7 @@ float vec_dot_scalar(GgmlType weight_type, const void* w_row, const void* act_ro
 DotKernel dot_kernel(GgmlType weight_type) { return checked_kernel("dot_kernel", weight_type, true); }
 
 bool have_avx512_vnni() { return cpu_has_avx512_vnni(); }
+bool have_avx512_vbmi() { return cpu_has_avx512_vbmi(); }
 
 void dot_f32_rows(const float* x, const float* const* rows, int64_t count, int64_t n, float* out) {
 #if DS4_HAVE_AVX512_BUILD
@@ -378,6 +394,8 @@ bool hadamard_transform_fast(float* x, int64_t n) {
 int64_t gemm_min_tokens(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::Q8_0: return 1;
+    case GgmlType::IQ2_XXS:
+    case GgmlType::Q2_K: return cpu_has_avx512_vbmi() ? 1 : 2;  // the few-token kernels need VBMI
     case GgmlType::Q4_K: return 3;  // the panel decode (codes, 6-bit scales) costs 2.5 per-row passes
     default: return 2;  // Q2_K, IQ2_XXS, F16
   }
@@ -398,9 +416,9 @@ GemmKernel gemm_kernel(GgmlType weight_type) {
   if (cpu_has_avx512_vnni()) {
     switch (weight_type) {
       case GgmlType::Q8_0: return gemm_q8_0_avx512;
-      case GgmlType::Q2_K: return gemm_q2_K_avx512;
+      case GgmlType::Q2_K: return cpu_has_avx512_vbmi() ? gemm_q2_K_avx512vbmi : gemm_q2_K_avx512;
       case GgmlType::Q4_K: return gemm_q4_K_avx512;
-      case GgmlType::IQ2_XXS: return gemm_iq2_xxs_avx512;
+      case GgmlType::IQ2_XXS: return cpu_has_avx512_vbmi() ? gemm_iq2_xxs_avx512vbmi : gemm_iq2_xxs_avx512;
       case GgmlType::F16: return gemm_f16_avx512;  // equals the AVX2 kernel, which this CPU has
       default: break;
     }

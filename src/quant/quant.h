@@ -88,6 +88,10 @@ void axpy_f32(float a, const float* x, float* y, int64_t n);
 // support them, and DS4_NO_AVX512 is not set in the environment (set it to measure or test
 // the AVX2 path on an AVX-512 machine).
 bool have_avx512_vnni();
+// have_avx512_vnni() and AVX-512 VBMI, and DS4_NO_AVX512_VBMI not set (set it to measure or test
+// the AVX-512 path of a CPU without VBMI): gemm_kernel then takes the few-token IQ2_XXS and Q2_K
+// kernels for small batches (gemv_avx512.cpp).
+bool have_avx512_vbmi();
 
 // out[k] = dot_kernel(F32)(x, rows[k], n) for k < count, and for k = 0..count-1 in order
 // axpy_f32(a[k], rows[k], y, n): the same floats bit for bit (dot products are symmetric in

@@ -117,6 +117,79 @@ TEST(GemmExact, EqualsScalarOnRandomBlocks) {
   }
 }
 
+// The few-token IQ2_XXS / Q2_K kernels (gemv_avx512.cpp) called directly, for every token count
+// they may serve and beyond: random weight bytes, activations without -128 (the IQ2_XXS kernel's
+// fast case) and with it (it must then decline, writing nothing, and the gemm_kernel wrapper
+// must still give the scalar floats).
+TEST(GemmExact, FewTokenKernelsEqualScalar) {
+#if DS4_HAVE_AVX512_BUILD && DS4_HAVE_IQ2_XXS
+  if (!quant::have_avx512_vbmi()) GTEST_SKIP() << "CPU without AVX-512 VBMI (or DS4_NO_AVX512 set)";
+  std::mt19937 rng(1608);
+  const int64_t row_counts[] = {1, 2, 15, 16, 17, 33, 48};
+  for (const auto& f : gemm_formats()) {
+    if (f.type != GgmlType::IQ2_XXS && f.type != GgmlType::Q2_K) continue;
+    for (int nb = 1; nb <= 18; ++nb)
+      for (int64_t rows : row_counts)
+        for (int64_t tokens = 1; tokens <= 5; ++tokens) {
+          if ((nb + rows + tokens) % 2 != 0 && nb > 3) continue;  // a spread of shapes, not all
+          const size_t w_stride = f.block_bytes * nb + (rows % 2 ? 6 : 0);
+          const size_t a_stride = act_block_bytes(f.type) * nb + (tokens % 2 ? 10 : 0);
+          auto w = random_bytes(rng, w_stride * rows);
+          for (int64_t r = 0; r < rows; ++r)
+            for (int b = 0; b < nb; ++b)
+              for (size_t off : f.half_offsets) {
+                const uint16_t h = (rng() % 8 == 0) ? edge_or_random_half(rng) : static_cast<uint16_t>(0x0400 + rng() % 0x7400);
+                std::memcpy(&w[r * w_stride + b * f.block_bytes + off], &h, 2);
+              }
+          std::vector<uint8_t> a(a_stride * tokens);
+          for (int64_t t = 0; t < tokens; ++t) {
+            auto at = random_acts(rng, f.type, nb);
+            std::memcpy(&a[t * a_stride], at.data(), at.size());
+          }
+          const std::string what = "nb=" + std::to_string(nb) + " rows=" + std::to_string(rows) + " tokens=" + std::to_string(tokens);
+          // With -128 somewhere (random bytes almost always have one): the wrapper.
+          expect_equal_to_scalar(f, quant::gemm_kernel(f.type), w, w_stride, rows, a, a_stride, tokens, nb * f.block_elems,
+                                 what + " with -128");
+          if (f.type == GgmlType::IQ2_XXS) {
+            std::vector<float> y(static_cast<size_t>(tokens * rows), -7.0f);
+            bool has_min = false;
+            for (int64_t t = 0; t < tokens; ++t)
+              for (int b = 0; b < nb; ++b)
+                for (int i = 0; i < 256; ++i) has_min |= a[t * a_stride + b * 292 + 4 + i] == 0x80;
+            const bool done = quant::gemv_iq2_xxs_avx512vbmi(w.data(), w_stride, rows, a.data(), a_stride, tokens, y.data(),
+                                                             rows, nb * f.block_elems);
+            ASSERT_EQ(done, !has_min) << what;
+            if (!done) {
+              for (float v : y) {
+                ASSERT_EQ(v, -7.0f) << "declined but wrote, " << what;
+              }
+            }
+          }
+          // Without -128 (what the Q8_K quantizer writes): the direct kernels themselves.
+          for (int64_t t = 0; t < tokens; ++t)
+            for (int b = 0; b < nb; ++b) {
+              uint8_t* blk = &a[t * a_stride + b * 292];
+              for (int i = 0; i < 256; ++i)
+                if (blk[4 + i] == 0x80) blk[4 + i] = 0x81;
+              for (int j = 0; j < 16; ++j) {
+                int16_t sum = 0;
+                for (int k = 0; k < 16; ++k) sum = static_cast<int16_t>(sum + static_cast<int8_t>(blk[4 + 16 * j + k]));
+                std::memcpy(blk + 4 + 256 + 2 * j, &sum, 2);
+              }
+            }
+          const quant::GemmKernel direct = f.type == GgmlType::Q2_K ? quant::gemv_q2_K_avx512vbmi : [](const void* w, size_t ws, int64_t rows, const void* act, size_t as, int64_t tokens, float* y, int64_t ys, int64_t n) {
+            if (!quant::gemv_iq2_xxs_avx512vbmi(w, ws, rows, act, as, tokens, y, ys, n)) ADD_FAILURE() << "declined without -128";
+          };
+          expect_equal_to_scalar(f, direct, w, w_stride, rows, a, a_stride, tokens, nb * f.block_elems, what);
+          expect_equal_to_scalar(f, quant::gemm_kernel(f.type), w, w_stride, rows, a, a_stride, tokens, nb * f.block_elems,
+                                 what + " (gemm_kernel)");
+        }
+  }
+#else
+  GTEST_SKIP() << "built without the AVX-512 kernels";
+#endif
+}
+
 TEST(GemmExact, EqualsScalarOnQuantizedRows) {
   if (!quant::have_avx512_vnni()) GTEST_SKIP() << "CPU without AVX-512 VNNI (or DS4_NO_AVX512 set)";
   std::mt19937 rng(1602);
