@@ -11,7 +11,7 @@ DEB_PACKAGES=(
   libfmt-dev nlohmann-json3-dev libpcre2-dev libboost1.81-dev libcli11-dev libedit-dev libxxhash-dev liburing-dev
   libssl-dev libicu-dev
   clang libclang-rt-14-dev
-  tmux python3 patch
+  tmux python3 python3-jinja2 patch
   chromium chromium-driver
 )
 

@@ -107,6 +107,8 @@ struct MemoryPlan {
 struct EngineInfo {
   std::string architecture;    // general.architecture ("deepseek4")
   std::string model_name;      // general.name, or the file name when absent
+  std::string chat_template;   // tokenizer.chat_template ("" when absent); the ChatML
+                               // renderer's template revision comes from it
   std::string model_id;        // 16 hex digits: XXH64 of the GGUF header, metadata and tensor
                                // table (file bytes before the data section) followed by the
                                // first and last 4 KiB of every tensor's data, so re-trained

@@ -60,6 +60,8 @@ std::string Agent::render(const chat::Conversation& c) const {
   ro.drop_thinking = false;  // keep every turn as written: the history only grows
   ro.add_bos = true;
   ro.format = opts_.format;
+  ro.chatml_template = opts_.chatml_template;
+  ro.preserve_thinking = true;  // ChatML (Qwen3.6) counterpart of drop_thinking = false
   return chat::render_prompt(c, ro);
 }
 
@@ -72,6 +74,8 @@ chat::MarkedText Agent::render_marked(const chat::Conversation& c) const {
   ro.drop_thinking = false;
   ro.add_bos = true;
   ro.format = opts_.format;
+  ro.chatml_template = opts_.chatml_template;
+  ro.preserve_thinking = true;  // ChatML (Qwen3.6) counterpart of drop_thinking = false
   return chat::render_prompt_marked(c, ro);
 }
 

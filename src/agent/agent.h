@@ -24,6 +24,8 @@ struct AgentOptions {
   int64_t max_tokens = -1;   // per model turn; < 0: until the model stops or the context is full
   // The model family's prompt and tool-call format (chat::chat_format_for_architecture).
   chat::ChatFormat format = chat::ChatFormat::DeepSeekV4;
+  // ChatML: the template revision (chat::chatml_template_for the GGUF's chat template).
+  chat::ChatmlTemplate chatml_template = chat::ChatmlTemplate::Qwen36;
 };
 
 // The system prompt: what the agent is, where it works; the tool schemas come with it.

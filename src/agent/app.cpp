@@ -68,6 +68,7 @@ App::App(const AgentCliOptions& o) : o_(o) {
   ao.max_turns = o.max_turns;
   ao.max_tokens = o.n_predict;
   ao.format = chat::chat_format_for_architecture(engine_->info().architecture);
+  ao.chatml_template = chat::chatml_template_for(engine_->info().chat_template);
   agent_ = std::make_unique<Agent>(*model_, *tools_, *sink_, *host_, ao);
   store_ = std::make_unique<SessionStore>(o.sessions_dir.empty() ? SessionStore::default_dir() : fs::path(o.sessions_dir));
   new_session();

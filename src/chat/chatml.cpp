@@ -91,7 +91,7 @@ void sampled_block(MarkedText& out, std::string_view block) {
   out.plain(block.substr(std::min(at, block.size())));
 }
 
-void tool_calls(MarkedText& out, const Message& m, const std::string& content, size_t index) {
+void tool_calls(MarkedText& out, const Message& m, const std::string& content, size_t index, ChatmlTemplate tpl) {
   for (size_t k = 0; k < m.tool_calls.size(); ++k) {
     const ToolCall& tc = m.tool_calls[k];
     if (k == 0) {
@@ -106,7 +106,8 @@ void tool_calls(MarkedText& out, const Message& m, const std::string& content, s
     for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
       out.plain("<parameter=" + it.key() + ">\n");
       const Json& v = it.value();
-      out.plain(v.is_object() || v.is_array() ? py_json_dumps(v) : py_str(v));
+      const bool json = v.is_object() || v.is_array() || (tpl == ChatmlTemplate::Qwen36 && !v.is_string());
+      out.plain(json ? py_json_dumps(v) : py_str(v));
       out.plain("\n</parameter>\n");
     }
     out.plain("</function>\n");
@@ -179,6 +180,7 @@ MarkedText render_chatml_marked(const Conversation& conv, const RenderOptions& o
   }
   if (last_query < 0) fail("messages: no user query found in messages");
 
+  const bool preserve = opts.preserve_thinking && opts.chatml_template == ChatmlTemplate::Qwen36;
   bool open_assistant = false;  // the last message is an assistant turn left open (no_eos)
   for (size_t i = 0; i < ms.size(); ++i) {
     const Message& m = ms[i];
@@ -210,7 +212,7 @@ MarkedText render_chatml_marked(const Conversation& conv, const RenderOptions& o
         reasoning = trim(reasoning);
         out.control(kImStart);
         out.plain("assistant\n");
-        if (static_cast<long>(i) > last_query) {
+        if (static_cast<long>(i) > last_query || preserve) {
           out.control(kThinkOpen);
           out.plain("\n" + reasoning + "\n");
           out.control(kThinkClose);
@@ -218,7 +220,7 @@ MarkedText render_chatml_marked(const Conversation& conv, const RenderOptions& o
         }
         out.plain(content);
         if (m.raw_tool_block && !m.tool_calls.empty()) sampled_block(out, *m.raw_tool_block);
-        else tool_calls(out, m, content, i);
+        else tool_calls(out, m, content, i, opts.chatml_template);
         if (m.no_eos && i + 1 == ms.size()) {
           open_assistant = true;
         } else {
@@ -263,6 +265,13 @@ MarkedText render_chatml_marked(const Conversation& conv, const RenderOptions& o
 
 ChatFormat chat_format_for_architecture(std::string_view architecture) {
   return architecture == "qwen35moe" ? ChatFormat::ChatML : ChatFormat::DeepSeekV4;
+}
+
+ChatmlTemplate chatml_template_for(std::string_view chat_template) {
+  // Qwen3.5: `args_value | tojson | safe if args_value is mapping or (...) else args_value | string`;
+  // Qwen3.6: `args_value | string if args_value is string else args_value | tojson | safe`.
+  return chat_template.find("else args_value | string") != std::string_view::npos ? ChatmlTemplate::Qwen35
+                                                                                   : ChatmlTemplate::Qwen36;
 }
 
 std::string render_chatml(const Conversation& conv, const RenderOptions& opts) {

@@ -65,6 +65,12 @@ enum class ThinkingMode { None, High, Max };
 // DeepSeek V4 (renderer.h) or Qwen3.5/3.6 ChatML (chatml.h).
 enum class ChatFormat { DeepSeekV4, ChatML };
 
+// The revision of Qwen's ChatML template a model carries (chatml.h, chatml_template_for):
+// Qwen3.5 writes tool-call arguments that are not strings, objects or arrays with Python's
+// str() (True, None), Qwen3.6 with json.dumps (true, null); only Qwen3.6 reads the
+// preserve_thinking switch.
+enum class ChatmlTemplate { Qwen35, Qwen36 };
+
 // DeepSeek recommends Think-Max only with at least 384K of context; below it the max
 // prefix is not written and the request behaves as "high" (as ds4 does).
 inline constexpr std::uint64_t kThinkMaxMinContext = 393216;
@@ -77,6 +83,10 @@ struct RenderOptions {
   bool drop_thinking = true;
   bool add_bos = true;
   ChatFormat format = ChatFormat::DeepSeekV4;
+  // ChatML only: the template revision, and Qwen3.6's preserve_thinking (the reasoning of
+  // every assistant turn stays in the prompt, not only of those after the last user query).
+  ChatmlTemplate chatml_template = ChatmlTemplate::Qwen36;
+  bool preserve_thinking = false;
 };
 
 struct Conversation {

@@ -95,6 +95,7 @@ struct HttpServer::Impl final : HttpHandler {
     pctx.n_ctx = model.n_ctx();
     pctx.default_max_tokens = opts.default_max_tokens;
     pctx.chat_format = opts.chat_format;
+    pctx.chatml_template = opts.chatml_template;
     pctx.lookup_tool_block = [this](const std::vector<std::string>& ids) { return tools.get_all(ids); };
   }
 

@@ -31,6 +31,7 @@ struct ServerOptions {
   std::vector<std::string> model_ids{"deepseek-v4-flash", "deepseek-chat", "deepseek-reasoner"};
   int64_t default_max_tokens = 4096;
   chat::ChatFormat chat_format = chat::ChatFormat::DeepSeekV4;  // from the model's architecture
+  chat::ChatmlTemplate chatml_template = chat::ChatmlTemplate::Qwen36;  // from its chat template
   // Directional steering the engine runs with (EngineInfo::steering_*), reported in the model
   // info; steering_file empty: none.
   std::string steering_file, steering_id;

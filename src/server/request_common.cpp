@@ -177,6 +177,8 @@ void parse_thinking(const Json& body, const ParseContext& ctx, const std::string
       if (const Json* k = field(body, "chat_template_kwargs")) {
         if (!k->is_object()) bad("chat_template_kwargs", fmt::format("expected an object, got {}", type_name(*k)));
         if (auto t = opt_bool(*k, "enable_thinking")) enabled = *t;
+        // Qwen3.6's template keeps every turn's reasoning with preserve_thinking (ChatML only).
+        if (auto t = opt_bool(*k, "preserve_thinking")) r.render.preserve_thinking = *t;
       }
       if (const Json* rs = field(body, "reasoning")) {
         if (!rs->is_object()) bad("reasoning", fmt::format("expected an object, got {}", type_name(*rs)));
@@ -214,6 +216,7 @@ void parse_thinking(const Json& body, const ParseContext& ctx, const std::string
   r.render.thinking = mode;
   r.render.context_size = static_cast<uint64_t>(ctx.n_ctx);
   r.render.format = ctx.chat_format;
+  r.render.chatml_template = ctx.chatml_template;
 }
 
 void fold_late_system_turns(chat::Conversation& conv) {

@@ -19,6 +19,7 @@ struct ParseContext {
   int64_t n_ctx = 0;                  // for Think-Max eligibility
   int64_t default_max_tokens = 4096;  // when the request names none
   chat::ChatFormat chat_format = chat::ChatFormat::DeepSeekV4;  // the model family's prompt format
+  chat::ChatmlTemplate chatml_template = chat::ChatmlTemplate::Qwen36;  // ChatML: the template revision
   // Exact DSML block sampled for these tool-call ids (tool_block_cache.h), or nullopt.
   std::function<std::optional<std::string>(const std::vector<std::string>& ids)> lookup_tool_block;
 };

@@ -246,6 +246,7 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   EngineInfo& in = impl->info;
   in.architecture = file.get_string("general.architecture").value_or("");
   in.model_name = file.get_string("general.name").value_or(std::filesystem::path(o.model_path).filename().string());
+  in.chat_template = file.get_string("tokenizer.chat_template").value_or("");
   in.model_id = fmt::format("{:016x}", impl->model_hash);
   if (in.architecture == model::qwen35moe::kArch) {
     if (o.backend != "cpu")

@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
     ds4::server::Worker worker(*model, wo, metrics, tools);
     so.default_max_tokens = std::min(tokens, model->n_ctx());
     so.chat_format = ds4::chat::chat_format_for_architecture(engine->info().architecture);
+    so.chatml_template = ds4::chat::chatml_template_for(engine->info().chat_template);
     // Also answer to the model's own name (what a client may pick from /v1/models).
     const std::string own = engine->info().model_name;
     if (!own.empty() && std::find(so.model_ids.begin(), so.model_ids.end(), own) == so.model_ids.end()) {

@@ -144,6 +144,7 @@ std::vector<int32_t> ChatRunner::next_input(const std::string& user_text) const 
     ro.context_size = static_cast<uint64_t>(session_->n_ctx());
     ro.drop_thinking = false;  // keep earlier reasoning: turns then only append
     ro.format = chatml() ? chat::ChatFormat::ChatML : chat::ChatFormat::DeepSeekV4;
+    ro.chatml_template = chat::chatml_template_for(engine_->info().chat_template);
     text = chat::render_prompt(conv, ro);
   } else if (chatml()) {
     // What the ChatML template writes between an answer and the next user turn: the answer's

@@ -1,7 +1,9 @@
-// Qwen3.5/3.6 ChatML: byte-exact rendering against the Qwen3.5 chat template run by Jinja2
-// (tests/fixtures/chat/chatml_render_cases.json from tools/oracle/chat/gen_chatml_fixtures.py),
-// control-token marking, and the streaming tool-call parser (expected events written by hand
-// from the template's tool-call format).
+// Qwen3.5/3.6 ChatML: byte-exact rendering against both revisions of Qwen's chat template run
+// by Jinja2 (tests/fixtures/chat/chatml_render_cases.json from Qwen3.5's template,
+// chatml36_render_cases.json from Qwen3.6-35B-A3B's, tests/fixtures/chat/templates/; both
+// written by tools/oracle/chat/gen_chatml_fixtures.py), control-token marking, and the
+// streaming tool-call parser (expected events written by hand from the template's tool-call
+// format).
 #include "chat/chatml.h"
 #include "chat/chatml_parser.h"
 #include "chat/openai_parse.h"
@@ -31,23 +33,40 @@ std::string first_difference(const std::string& got, const std::string& want) {
   return "first difference at byte " + std::to_string(i) + "\n got: " + around(got) + "\nwant: " + around(want);
 }
 
-TEST(ChatmlRender, FixtureCasesMatchTheJinjaTemplate) {
-  const Json fx = load_fixture("chatml_render_cases.json");
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("missing fixture " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every case of a fixture, rendered with the template revision `tpl`; returns how many cases
+// passed chat_template_kwargs.preserve_thinking = true.
+size_t check_fixture(const char* name, ChatmlTemplate tpl) {
+  const Json fx = load_fixture(name);
   const Json& cases = fx.at("cases");
-  ASSERT_GE(cases.size(), 13u);
+  EXPECT_GE(cases.size(), 18u);
+  size_t preserved = 0;
   for (const Json& c : cases) {
     SCOPED_TRACE(c.at("name").get<std::string>());
     Conversation conv = parse_chat_request(c.at("request"), ParseOptions{});
     RenderOptions ro;
     ro.thinking = c.at("thinking").get<bool>() ? ThinkingMode::High : ThinkingMode::None;
+    ro.chatml_template = tpl;
+    // What the server reads from the request (server/request_common.cpp).
+    const Json& req = c.at("request");
+    if (req.contains("chat_template_kwargs") && req["chat_template_kwargs"].contains("preserve_thinking"))
+      ro.preserve_thinking = req["chat_template_kwargs"]["preserve_thinking"].get<bool>();
+    preserved += ro.preserve_thinking;
     const MarkedText mt = render_chatml_marked(conv, ro);
     const std::string want = c.at("expected");
     EXPECT_TRUE(mt.text == want) << first_difference(mt.text, want);
     // Every marked range is one ChatML control token; ranges ascend and do not overlap.
     size_t last = 0;
     for (const auto& [a, b] : mt.controls) {
-      ASSERT_GE(a, last);
-      ASSERT_LE(b, mt.text.size());
+      EXPECT_GE(a, last);
+      EXPECT_LE(b, mt.text.size());
       const std::string tok = mt.text.substr(a, b - a);
       EXPECT_TRUE(tok == chatml::kImStart || tok == chatml::kImEnd || tok == chatml::kThinkOpen ||
                   tok == chatml::kThinkClose || tok == chatml::kToolCallOpen || tok == chatml::kToolCallClose ||
@@ -56,6 +75,51 @@ TEST(ChatmlRender, FixtureCasesMatchTheJinjaTemplate) {
       last = b;
     }
   }
+  return preserved;
+}
+
+TEST(ChatmlRender, FixtureCasesMatchTheQwen35Template) {
+  EXPECT_EQ(check_fixture("chatml_render_cases.json", ChatmlTemplate::Qwen35), 3u);
+}
+
+TEST(ChatmlRender, FixtureCasesMatchTheQwen36Template) {
+  // The revision comes from the template text, as the engine picks it from a GGUF's
+  // tokenizer.chat_template.
+  const std::string tpl = read_file(std::string(DS4_FIXTURES_DIR) + "/chat/templates/Qwen3.6-35B-A3B.jinja");
+  ASSERT_EQ(tpl.size(), 7764u);  // the upstream file (templates/README.md)
+  ASSERT_EQ(chatml_template_for(tpl), ChatmlTemplate::Qwen36);
+  EXPECT_EQ(check_fixture("chatml36_render_cases.json", chatml_template_for(tpl)), 3u);
+}
+
+TEST(ChatmlRender, TemplateRevisionFromTheTemplateText) {
+  // Qwen3.5's argument line (models/templates/Qwen3.5-4B.jinja, line 122).
+  EXPECT_EQ(chatml_template_for("{%- set args_value = args_value | tojson | safe if args_value is mapping or "
+                                "(args_value is sequence and args_value is not string) else args_value | string %}"),
+            ChatmlTemplate::Qwen35);
+  EXPECT_EQ(chatml_template_for(""), ChatmlTemplate::Qwen36);
+}
+
+TEST(ChatmlRender, TheTwoRevisionsDifferWhereTheTemplatesDo) {
+  // A boolean and a null argument, and an earlier turn's reasoning with preserve_thinking.
+  const Json req = Json::parse(R"({"messages": [
+      {"role": "user", "content": "q1"},
+      {"role": "assistant", "content": "a1", "reasoning_content": "r1",
+       "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"b\": true, \"n\": null}"}}]},
+      {"role": "tool", "tool_call_id": "c", "content": "ok"},
+      {"role": "user", "content": "q2"}]})");
+  const Conversation conv = parse_chat_request(req, ParseOptions{});
+  RenderOptions ro;
+  ro.preserve_thinking = true;
+  ro.chatml_template = ChatmlTemplate::Qwen35;
+  const std::string a = render_chatml(conv, ro);
+  EXPECT_NE(a.find("<parameter=b>\nTrue\n"), std::string::npos) << a;
+  EXPECT_NE(a.find("<parameter=n>\nNone\n"), std::string::npos) << a;
+  EXPECT_EQ(a.find("r1"), std::string::npos) << a;  // Qwen3.5 has no preserve_thinking
+  ro.chatml_template = ChatmlTemplate::Qwen36;
+  const std::string b = render_chatml(conv, ro);
+  EXPECT_NE(b.find("<parameter=b>\ntrue\n"), std::string::npos) << b;
+  EXPECT_NE(b.find("<parameter=n>\nnull\n"), std::string::npos) << b;
+  EXPECT_NE(b.find("<think>\nr1\n</think>\n\na1"), std::string::npos) << b;
 }
 
 TEST(ChatmlRender, ClientTextIsNeverAControlToken) {

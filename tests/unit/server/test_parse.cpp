@@ -114,6 +114,30 @@ TEST(ServerParse, ThinkingDefaultsAndControlsPerApi) {
             "reasoning.effort");
 }
 
+// Qwen clients (vLLM, llama-server) pass template variables in chat_template_kwargs; the
+// ChatML renderer reads preserve_thinking, and the template revision comes from the model.
+TEST(ServerParse, ChatTemplateKwargsPreserveThinking) {
+  auto parse = [](const char* extra, chat::ChatmlTemplate tpl) {
+    ParseContext c = ctx();
+    c.chat_format = chat::ChatFormat::ChatML;
+    c.chatml_template = tpl;
+    return parse_chat_completions(Json::parse(std::string(R"({"messages":[{"role":"user","content":"x"}])") + extra + "}"), c)
+        .render;
+  };
+  EXPECT_FALSE(parse("", chat::ChatmlTemplate::Qwen36).preserve_thinking);
+  const chat::RenderOptions on = parse(R"(,"chat_template_kwargs":{"preserve_thinking":true})", chat::ChatmlTemplate::Qwen35);
+  EXPECT_TRUE(on.preserve_thinking);
+  EXPECT_EQ(on.chatml_template, chat::ChatmlTemplate::Qwen35);
+  EXPECT_EQ(on.thinking, chat::ThinkingMode::High);
+  const chat::RenderOptions off =
+      parse(R"(,"chat_template_kwargs":{"preserve_thinking":false,"enable_thinking":false})", chat::ChatmlTemplate::Qwen36);
+  EXPECT_FALSE(off.preserve_thinking);
+  EXPECT_EQ(off.chatml_template, chat::ChatmlTemplate::Qwen36);
+  EXPECT_EQ(off.thinking, chat::ThinkingMode::None);
+  EXPECT_EQ(error_of([&] { parse(R"(,"chat_template_kwargs":{"preserve_thinking":"yes"})", chat::ChatmlTemplate::Qwen36); }).param(),
+            "preserve_thinking");
+}
+
 TEST(ServerParse, ThinkingSwitches) {
   auto mode = [](const char* extra) {
     Json b = Json::parse(std::string(R"({"messages":[{"role":"user","content":"x"}])") + extra + "}");

@@ -1,16 +1,26 @@
 #!/usr/bin/env python3
-"""ChatML (Qwen3.5/3.6) render fixtures: runs the Qwen3.5 chat template with Jinja2 the way
+"""ChatML (Qwen3.5/3.6) render fixtures: runs a Qwen chat template with Jinja2 the way
 transformers' apply_chat_template does (sandboxed environment, trim_blocks, lstrip_blocks,
 loop controls, tojson = json.dumps(ensure_ascii=False), raise_exception) on OpenAI-style chat
-requests and writes tests/fixtures/chat/chatml_render_cases.json.
+requests and writes the expected prompts as a JSON fixture.
 
-The template is not vendored: pass its path. The committed fixture was made with
-models/templates/Qwen3.5-4B.jinja of llama.cpp v0.5.0 (the git bundle inside npm
-node-llama-cpp@3.22.1), the Qwen3.5 template the qwen35moe GGUFs carry.
+Two templates, two fixtures (same conversations; the last ones pass the template kwarg
+preserve_thinking, which only Qwen3.6's template reads):
 
-    python3 tools/oracle/chat/gen_chatml_fixtures.py TEMPLATE.jinja tests/fixtures/chat
+    # Qwen3.5: models/templates/Qwen3.5-4B.jinja of llama.cpp v0.5.0 (the git bundle inside
+    # npm node-llama-cpp@3.22.1); not vendored here
+    python3 tools/oracle/chat/gen_chatml_fixtures.py Qwen3.5-4B.jinja \
+        tests/fixtures/chat/chatml_render_cases.json
+    # Qwen3.6-35B-A3B: vendored, provenance in tests/fixtures/chat/templates/README.md
+    python3 tools/oracle/chat/gen_chatml_fixtures.py \
+        tests/fixtures/chat/templates/Qwen3.6-35B-A3B.jinja \
+        tests/fixtures/chat/chatml36_render_cases.json
 
-Needs only Python 3 and jinja2.
+With --check OUT is compared with what would be written (exit status 1 on a difference; the
+ctest chatml36_fixture_from_template). A request's "chat_template_kwargs" (as a vLLM or
+llama-server client sends it) are passed to the template as variables.
+
+Needs only Python 3 and jinja2 (Debian python3-jinja2).
 """
 import hashlib
 import json
@@ -104,6 +114,36 @@ CASES = [
         {"role": "user", "content": "again"}]}, True),
 ]
 
+# Qwen3.6 reads preserve_thinking: reasoning of every assistant turn stays in the prompt.
+HISTORY = [
+    {"role": "system", "content": "Be kind."},
+    {"role": "user", "content": "First question"},
+    {"role": "assistant", "content": "First answer", "reasoning_content": "old thoughts"},
+    {"role": "user", "content": "Second question"},
+    {"role": "assistant", "content": "<think>\ninline thoughts\n</think>\n\nSecond answer"},
+    {"role": "user", "content": "Third question"}]
+CASES += [
+    ("preserve_thinking", {"messages": HISTORY, "chat_template_kwargs": {"preserve_thinking": True}}, True),
+    ("preserve_thinking_false", {"messages": HISTORY, "chat_template_kwargs": {"preserve_thinking": False}}, True),
+    ("preserve_thinking_no_thinking", {"messages": HISTORY, "chat_template_kwargs": {"preserve_thinking": True}},
+     False),
+    ("preserve_thinking_tools", {"tools": [WEATHER], "chat_template_kwargs": {"preserve_thinking": True},
+                                 "messages": [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": "", "reasoning_content": "Call the tool.",
+         "tool_calls": [call("c1", "get_weather", {"city": "Oslo", "days": 2})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "snow"},
+        {"role": "assistant", "content": "It snows.", "reasoning_content": "Answer now."},
+        {"role": "user", "content": "And tomorrow?"}]}, True),
+    ("scalar_args_nested", {"tools": [SEARCH], "messages": [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "",
+         "tool_calls": [call("c1", "search", {"query": "x", "flag": False, "list": [True, None, "s"],
+                                               "obj": {"k": True, "n": None}, "neg": -2, "big": 12345678901234567890,
+                                               "half": 0.5, "empty": "", "ws": "  padded  "})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]}, True),
+]
+
 
 def to_template_messages(req):
     out = []
@@ -120,28 +160,51 @@ def to_template_messages(req):
     return out
 
 
-def main():
-    tpl_path, out_dir = sys.argv[1], sys.argv[2]
-    src = open(tpl_path, encoding="utf-8").read()
+def render_cases(src):
     tpl = make_env().from_string(src)
     cases = []
     for name, req, thinking in CASES:
-        kw = dict(messages=to_template_messages(req), add_generation_prompt=True)
+        kw = dict(req.get("chat_template_kwargs", {}))
+        kw.update(messages=to_template_messages(req), add_generation_prompt=True)
         if req.get("tools"):
             kw["tools"] = req["tools"]
         if not thinking:
             kw["enable_thinking"] = False
         text = tpl.render(**kw)
         cases.append({"name": name, "request": req, "thinking": thinking, "expected": text})
+    return cases
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--check"]
+    check = "--check" in sys.argv[1:]
+    if len(args) != 2:
+        sys.exit("usage: gen_chatml_fixtures.py TEMPLATE.jinja OUT.json [--check]")
+    tpl_path, path = args
+    with open(tpl_path, "rb") as f:
+        raw = f.read()
+    src = raw.decode("utf-8")
     doc = {"generator": "tools/oracle/chat/gen_chatml_fixtures.py",
            "template": os.path.basename(tpl_path),
-           "template_sha256": hashlib.sha256(src.encode("utf-8")).hexdigest(),
-           "jinja2": jinja2.__version__, "cases": cases}
-    path = os.path.join(out_dir, "chatml_render_cases.json")
+           "template_sha256": hashlib.sha256(raw).hexdigest(),
+           "jinja2": jinja2.__version__, "cases": render_cases(src)}
+    text = json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+    if check:
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        # The fixture records the Jinja2 that wrote it; any 3.x renders these templates alike.
+        old["jinja2"] = doc["jinja2"]
+        if old != doc:
+            names = [c["name"] for c in doc["cases"]]
+            bad = [n for n, a, b in zip(names, old.get("cases", []), doc["cases"]) if a != b]
+            print(f"{path}: differs from what {tpl_path} renders "
+                  f"(cases {bad or 'count/metadata'}); regenerate it", file=sys.stderr)
+            sys.exit(1)
+        print(f"{path}: {len(doc['cases'])} cases match {tpl_path}")
+        return
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, ensure_ascii=False, indent=1)
-        f.write("\n")
-    print(f"wrote {path}: {len(cases)} cases")
+        f.write(text)
+    print(f"wrote {path}: {len(doc['cases'])} cases")
 
 
 if __name__ == "__main__":
