@@ -115,10 +115,16 @@ MemoryPlan make_plan(const gguf::File& f, const model::qwen35moe::HParams& hp, i
   return p;
 }
 
+// What the residency plan needs of a model family's hyperparameters.
+struct PlanDims {
+  int64_t n_embd = 0, n_vocab = 0, n_expert_used = 0;
+  bool experts_pruned = false;  // deepseek4: experts dropped per layer (ds4-gguf quantize --prune)
+};
+
 // The residency plan for the CPU backend (stream/planner.h): turns auto / --resident /
 // --ssd-streaming and the available memory into "resident" or "stream with this host cache".
-void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp, const EngineOptions& o,
-                    MemoryPlan& plan, stream::StreamingRequest& sr) {
+void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOptions& o, MemoryPlan& plan,
+                    stream::StreamingRequest& sr) {
   if (o.resident && o.ssd_streaming) fail("--resident and --ssd-streaming contradict each other");
   if (o.backend != "cpu") return;  // the device backend checks its own memory when it uploads the weights
   if (o.memory_reserve_gib < 0 || o.host_memory_gib < 0)
@@ -133,7 +139,7 @@ void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp,
   bool freed = false;
   uint64_t slot_bytes = 0;
   const bool has_experts = file.find_tensor(stream::expert_tensor_name(0, 0)) != nullptr;
-  if (has_experts && hp.experts_pruned()) {
+  if (has_experts && hp.experts_pruned) {
     // Experts dropped per layer (ds4-gguf quantize --prune): the streaming layout has one expert
     // count for all layers, so such a file is planned resident (its experts are in weights_bytes).
     if (o.ssd_streaming)
@@ -172,6 +178,27 @@ void plan_residency(const gguf::File& file, const model::deepseek4::HParams& hp,
   }
 }
 
+// The residency plan, then the expert provider when it streams (or a routing trace or freed
+// experts ask for one): sets impl.experts and the plan's lines. Any model family.
+void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& dims, const EngineOptions& o) {
+  stream::StreamingRequest sr;
+  sr.enable = o.ssd_streaming;
+  sr.cache_host = o.expert_cache_host;
+  plan_residency(file, dims, o, impl.plan, sr);
+  sr.policy = o.expert_cache_policy;
+  sr.io = o.expert_io;
+  sr.prefetch_hash = o.expert_prefetch_hash;
+  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
+  sr.protect = o.expert_protect;
+  sr.packed_path = o.packed_experts;
+  sr.trace_path = o.trace_routing;
+  stream::StreamingSetup ss = stream::setup_streaming(file, sr);
+  if (ss.provider && o.backend != "cpu")
+    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
+  impl.experts = std::move(ss.provider);
+  impl.plan.expert_streaming = ss.describe;
+}
+
 // The DeepSeek V4 part of Engine::open (expert streaming, act_quant_sim).
 void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions& o) {
   Engine::Impl* impl = &impl_ref;
@@ -184,22 +211,9 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
   in.n_ctx_train = hp_preview.context_length;
   in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
   impl->plan = make_plan(file, hp_preview, in.n_ctx);
-  stream::StreamingRequest sr;
-  sr.enable = o.ssd_streaming;
-  sr.cache_host = o.expert_cache_host;
-  plan_residency(file, hp_preview, o, impl->plan, sr);
-  sr.policy = o.expert_cache_policy;
-  sr.io = o.expert_io;
-  sr.prefetch_hash = o.expert_prefetch_hash;
-  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
-  sr.protect = o.expert_protect;
-  sr.packed_path = o.packed_experts;
-  sr.trace_path = o.trace_routing;
-  stream::StreamingSetup ss = stream::setup_streaming(file, sr);
-  if (ss.provider && o.backend != "cpu")
-    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
-  impl->experts = std::move(ss.provider);
-  impl->plan.expert_streaming = ss.describe;
+  open_streaming(*impl, file,
+                 PlanDims{hp_preview.n_embd, hp_preview.n_vocab, hp_preview.n_expert_used, hp_preview.experts_pruned()},
+                 o);
   mo.experts = impl->experts.get();
   const bool analyse = o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty();
   if (analyse && impl->experts)
@@ -209,6 +223,27 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
   impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
 
   const auto& hp = impl->model->hparams();
+  in.n_vocab = static_cast<int32_t>(hp.n_vocab);
+  in.n_layer = hp.n_layer;
+}
+
+// The Qwen3.5/3.6 MoE part of Engine::open (CPU only; expert streaming as for deepseek4).
+void open_qwen35moe(Engine::Impl& impl, gguf::File file, const EngineOptions& o) {
+  EngineInfo& in = impl.info;
+  if (o.backend != "cpu")
+    fail("{}: qwen35moe runs on the CPU backend only so far (backend '{}')", o.model_path, o.backend);
+  if (o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty())
+    fail("{}: imatrix collection, expert profiles and prune masks are implemented for deepseek4 only", o.model_path);
+  const auto hp_preview = model::qwen35moe::HParams::from_gguf(file);
+  in.n_ctx_train = hp_preview.context_length;
+  in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
+  impl.plan = make_plan(file, hp_preview, in.n_ctx);
+  open_streaming(impl, file, PlanDims{hp_preview.n_embd, hp_preview.n_vocab, hp_preview.n_expert_used, false}, o);
+  model::qwen35moe::Options qo;
+  qo.max_batch = o.max_batch;
+  qo.experts = impl.experts.get();
+  impl.qwen = model::qwen35moe::Model::from_file(std::move(file), qo);
+  const auto& hp = impl.qwen->hparams();
   in.n_vocab = static_cast<int32_t>(hp.n_vocab);
   in.n_layer = hp.n_layer;
 }
@@ -249,21 +284,7 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   in.chat_template = file.get_string("tokenizer.chat_template").value_or("");
   in.model_id = fmt::format("{:016x}", impl->model_hash);
   if (in.architecture == model::qwen35moe::kArch) {
-    if (o.backend != "cpu")
-      fail("{}: qwen35moe runs on the CPU backend only so far (backend '{}')", o.model_path, o.backend);
-    if (o.ssd_streaming) fail("{}: expert streaming is not available for qwen35moe yet", o.model_path);
-    if (o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty())
-      fail("{}: imatrix collection, expert profiles and prune masks are implemented for deepseek4 only", o.model_path);
-    const auto hp_preview = model::qwen35moe::HParams::from_gguf(file);
-    in.n_ctx_train = hp_preview.context_length;
-    in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
-    model::qwen35moe::Options qo;
-    qo.max_batch = o.max_batch;
-    impl->qwen = model::qwen35moe::Model::from_file(std::move(file), qo);
-    const auto& hp = impl->qwen->hparams();
-    impl->plan = make_plan(impl->qwen->file(), hp, in.n_ctx);
-    in.n_vocab = static_cast<int32_t>(hp.n_vocab);
-    in.n_layer = hp.n_layer;
+    open_qwen35moe(*impl, std::move(file), o);
   } else {
     open_deepseek4(*impl, std::move(file), o);
   }

@@ -13,6 +13,11 @@ std::string expert_tensor_name(int64_t layer, int c) {
   return fmt::format("blk.{}.{}.weight", layer, kComponentName[c]);
 }
 
+int64_t experts_used_per_token(const gguf::File& f) {
+  const std::string arch = f.get_string("general.architecture").value_or("deepseek4");
+  return static_cast<int64_t>(f.get_uint(arch + ".expert_used_count").value_or(0));
+}
+
 uint64_t ExpertLayout::total_bytes() const {
   uint64_t s = 0;
   for (const auto& l : layers) s += l.expert_bytes() * static_cast<uint64_t>(n_expert);

@@ -64,4 +64,8 @@ struct ExpertLayout {
 // "ffn_gate_exps" of layer 3 -> "blk.3.ffn_gate_exps.weight".
 std::string expert_tensor_name(int64_t layer, int c);
 
+// Experts each token is routed to: `<general.architecture>.expert_used_count` (deepseek4,
+// qwen35moe, ...); 0 when the file does not say.
+int64_t experts_used_per_token(const gguf::File& f);
+
 }  // namespace ds4::stream

@@ -201,8 +201,7 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
     p->tid2eid_.push_back(std::move(tab));
   }
   if (!opt.trace_path.empty()) {
-    int64_t k = 0;
-    if (auto v = f.get_uint("deepseek4.expert_used_count")) k = static_cast<int64_t>(*v);
+    const int64_t k = experts_used_per_token(f);
     p->trace_ = std::make_unique<TraceWriter>(
         opt.trace_path, TraceHeader{L.n_layer, L.n_expert, k, static_cast<int64_t>(p->tid2eid_.size())});
   }

@@ -49,7 +49,7 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   s.provider = ExpertProvider::open(f, o);
 
   // One token touches k experts in every layer: a smaller cache would thrash within a token.
-  const int64_t k = static_cast<int64_t>(f.get_uint("deepseek4.expert_used_count").value_or(1));
+  const int64_t k = std::max<int64_t>(1, experts_used_per_token(f));
   const ExpertStore& st = s.provider->store();
   uint64_t max_slot = 0;
   for (int64_t il = 0; il < layout.n_layer; ++il)

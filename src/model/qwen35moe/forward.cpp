@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/common/streamed_experts.h"
+#include "stream/provider.h"
 
 namespace ds4::model::qwen35moe {
 
@@ -76,8 +78,20 @@ FBuf Forward::moe(int64_t il, const FBuf& xn) {
     weights.from_host(wh);
   }
   FBuf y = buf(n_ * hp_.n_embd);
-  be_.moe_experts(L.gate_exps, L.up_exps, L.down_exps, xn.data(), experts.data(), weights.data(), n_, k, 0.0f,
-                  y.data());
+  if (stream::ExpertProvider* xp = m_.opt_.experts) {
+    if (il == 0) xp->begin_tokens(tokens_);
+    std::vector<int32_t> guess;  // router lookahead: layer il+1's router on this layer's input
+    if (n_ == 1 && il + 1 < hp_.n_layer && xp->wants_lookahead()) {
+      FBuf nl = project(w_.layers[static_cast<size_t>(il + 1)].router, xn), gw = buf(k);
+      compute::Buffer<int32_t> g(be_, static_cast<size_t>(k));
+      be_.moe_route_softmax(nl.data(), 1, hp_.n_expert, k, true, g.data(), gw.data());
+      guess = g.to_host();
+    }
+    streamed_moe_experts(be_, *xp, il, hp_.n_embd, k, n_, 0.0f, xn, experts, weights, guess, y);
+  } else {
+    be_.moe_experts(L.gate_exps, L.up_exps, L.down_exps, xn.data(), experts.data(), weights.data(), n_, k, 0.0f,
+                    y.data());
+  }
   if (hp_.shared_ff > 0) {
     FBuf sg = project(L.shexp_gate, xn);  // n_ x 1
     be_.sigmoid(sg.data(), n_);

@@ -15,12 +15,19 @@
 #include "model/qwen35moe/state.h"
 #include "model/qwen35moe/weights.h"
 
+namespace ds4::stream {
+class ExpertProvider;
+}
+
 namespace ds4::model::qwen35moe {
 
 struct Options {
   // Longest batch one forward pass takes; longer evaluations run in consecutive chunks (same
   // logits: every op computes a row the same way in any batch).
   int64_t max_batch = 512;
+  // Routed experts from this provider (src/stream: host cache <- GGUF or packed file) instead
+  // of the mapped GGUF; null = resident. Same logits either way (model/common/streamed_experts.h).
+  stream::ExpertProvider* experts = nullptr;
 };
 
 class Model {
