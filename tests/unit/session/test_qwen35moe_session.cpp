@@ -78,6 +78,23 @@ TEST(Qwen35MoeSession, EnginePicksTheFamily) {
   EXPECT_GT(engine()->memory_plan().state_bytes_per_token, 4u);
 }
 
+// The memory plan counts the DeltaNet state, figures worked out by hand from the checkpoint's
+// config (QwenTiny: layers L A L L, hidden 32, DeltaNet 2 key / 4 value heads of 16, conv 4,
+// attention 1 KV head of 32, vocabulary 256).
+TEST(Qwen35MoeSession, MemoryPlanCountsTheDeltaNetState) {
+  const auto& p = engine()->memory_plan();
+  // Per DeltaNet layer: conv history (4 - 1) x (2*2*16 + 4*16 = 128 channels) = 384 floats and
+  // the recurrent state 4 value heads x 16 x 16 = 1024 floats; 3 such layers; + 256 logits.
+  const uint64_t fixed = (256 + 3 * (384 + 1024)) * 4;
+  EXPECT_EQ(p.state_fixed_bytes, fixed);
+  // Per token: the token id + K and V rows of the one attention layer (1 x 32 each).
+  EXPECT_EQ(p.state_bytes_per_token, (1 + 2 * 32) * 4u);
+  EXPECT_EQ(p.state_bytes_at_ctx, fixed + (1 + 2 * 32) * 4u * 512);
+  // A checkpoint copies the DeltaNet state whole and the last logits (the KV cache is cut by
+  // position, the token list is append-only).
+  EXPECT_EQ(p.checkpoint_bytes, fixed);
+}
+
 TEST(Qwen35MoeSession, GrowingConversationEvaluatesOnlyTheSuffix) {
   auto s = engine()->new_session();
   std::vector<int32_t> conv = seq(40, 1);
