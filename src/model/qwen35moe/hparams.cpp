@@ -60,7 +60,13 @@ HParams HParams::from_gguf(const gguf::File& f) {
   h.expert_weights_scale = ws == 0.0 ? 1.0f : static_cast<float>(ws);  // llama.cpp: 0 = no scaling
   h.rms_eps = static_cast<float>(r.opt_float("attention.layer_norm_rms_epsilon", 1e-6));
   h.context_length = r.opt_int("context_length", 0);
+  // llama.cpp's files carry no vocab_size for qwen35moe: the vocabulary is token_embd's second
+  // dimension (Weights::bind checks the tensor). Taken here so that everything sized from the
+  // hyperparameters before the weights are bound (the memory plan's logits, the residency
+  // plan's scratch) sees it too.
   if (auto v = f.get_int(key("vocab_size"))) h.n_vocab = *v;
+  else if (const gguf::TensorInfo* emb = f.find_tensor("token_embd.weight"); emb && emb->ne.size() == 2)
+    h.n_vocab = static_cast<int64_t>(emb->ne[1]);
 
   for (const char* k : {"block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
                         "ssm.conv_kernel", "ssm.state_size", "ssm.group_count", "ssm.time_step_rank",
