@@ -9,6 +9,7 @@
 
 #include <unistd.h>
 
+#include "common/test_paths.h"
 #include "convert/convert_hf.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -21,7 +22,7 @@ namespace {
 
 const std::string& good_file() {
   static const std::string path = [] {
-    const fs::path d = fs::temp_directory_path() / ("ds4_qwen_bad_" + std::to_string(::getpid()));
+    const fs::path d = ds4::test::test_tmp_dir() / ("ds4_qwen_bad_" + std::to_string(::getpid()));
     ds4::test::write_qwen_checkpoint((d / "hf").string(), ds4::test::QwenTiny{}, 5);
     ds4::convert::ConvertOptions o;
     o.hf_dir = (d / "hf").string();

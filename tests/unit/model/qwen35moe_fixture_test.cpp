@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "common/test_paths.h"
 #include "compute/backend.h"
 #include "convert/convert_hf.h"
 #include "core/thread_pool.h"
@@ -44,7 +45,7 @@ std::vector<float> fixture_logits(const std::string& name, size_t n) {
 }
 
 std::string converted(const std::string& name) {
-  const fs::path out = fs::temp_directory_path() / ("ds4_qwen_fx_" + name + "_" + std::to_string(::getpid()) + ".gguf");
+  const fs::path out = ds4::test::test_tmp_dir() / ("ds4_qwen_fx_" + name + "_" + std::to_string(::getpid()) + ".gguf");
   if (!fs::exists(out)) {
     ds4::convert::ConvertOptions o;
     o.hf_dir = fixture_dir(name);

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include "common/test_paths.h"
 #include "compute/backend.h"
 #include "convert/convert_hf.h"
 #include "core/error.h"
@@ -28,7 +29,7 @@ using ds4::model::qwen35moe::Model;
 namespace {
 
 std::string tmpdir(const std::string& tag) {
-  const fs::path d = fs::temp_directory_path() / ("ds4_qwen35moe_" + tag + "_" + std::to_string(::getpid()));
+  const fs::path d = ds4::test::test_tmp_dir() / ("ds4_qwen35moe_" + tag + "_" + std::to_string(::getpid()));
   fs::create_directories(d);
   return d.string();
 }

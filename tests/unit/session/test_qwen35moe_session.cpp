@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "common/test_paths.h"
 #include "convert/convert_hf.h"
 #include "core/error.h"
 #include "ds4/engine.h"
@@ -23,7 +24,7 @@ namespace {
 
 const std::string& model_path() {
   static const std::string path = [] {
-    const fs::path d = fs::temp_directory_path() / ("ds4_qwen_session_" + std::to_string(::getpid()));
+    const fs::path d = ds4::test::test_tmp_dir() / ("ds4_qwen_session_" + std::to_string(::getpid()));
     fs::create_directories(d);
     ds4::test::QwenTiny c;
     c.layers = {"linear_attention", "full_attention", "linear_attention", "linear_attention"};

@@ -15,6 +15,7 @@
 
 #include <unistd.h>
 
+#include "common/test_paths.h"
 #include "gguf/gguf.h"
 #include "tokenizer/pretokenizer.h"
 #include "tokenizer/vocab.h"
@@ -46,7 +47,7 @@ std::string with_qwen35_regex(std::string text) {
 
 // Through a vocabulary-only GGUF, as the engine loads it.
 Tokenizer via_gguf(const tokenizer::Vocab& v, const char* tag) {
-  const std::string path = (std::filesystem::temp_directory_path() /
+  const std::string path = (ds4::test::test_tmp_dir() /
                             (std::string("ds4_qwen_vocab_") + tag + "_" + std::to_string(::getpid()) + ".gguf"))
                                .string();
   {
