@@ -88,6 +88,10 @@ void ChatRunner::trace(const std::string& line) const {
   std::fflush(trace_);
 }
 
+bool ChatRunner::chatml() const {
+  return chat::chat_format_for_architecture(engine_->info().architecture) == chat::ChatFormat::ChatML;
+}
+
 // True when the last assistant turn opened <think> and never closed it (generation stopped
 // by Ctrl+C or -n while reasoning). The renderer writes such a turn as <think>…</think>.
 bool ChatRunner::reasoning_open(const std::vector<int32_t>& toks) const {

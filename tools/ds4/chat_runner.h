@@ -67,8 +67,9 @@ class ChatRunner {
   std::vector<int32_t> next_input(const std::string& user_text) const;
   void print_stats(const TurnStats& s) const;
   bool reasoning_open(const std::vector<int32_t>& tokens) const;
-  // The model family speaks ChatML (qwen35moe) rather than the DeepSeek V4 format.
-  bool chatml() const { return engine_->info().architecture == "qwen35moe"; }
+  // The model family speaks ChatML (qwen35moe) rather than the DeepSeek V4 format; decided by
+  // chat::chat_format_for_architecture, as in ds4-server and ds4-agent.
+  bool chatml() const;
   // One JSON object per line to the --trace file (no-op without --trace).
   void trace(const std::string& json_line) const;
 
