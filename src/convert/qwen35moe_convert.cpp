@@ -563,6 +563,10 @@ QwenSynthReport synth_qwen36(const QwenSynthOptions& o) {
     const uint64_t ne0 = p.ne[0];
     uint64_t rows = 1;
     for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+    if (o.sparse == Sparse::All || (o.sparse == Sparse::Experts && p.gguf.find("_exps.") != std::string::npos)) {
+      w.skip_tensor_data(rows * row_bytes(traits(p.type), ne0));
+      continue;
+    }
     // Values of a trained model's order: matrices ~N(0, 1/n_in), norms ~1, decays in (0, 1).
     const std::string& n = p.gguf;
     auto value = [&]() -> float {

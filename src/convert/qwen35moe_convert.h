@@ -7,6 +7,7 @@
 #include <string>
 
 #include "convert/convert_hf.h"
+#include "convert/synth.h"
 #include "tokenizer/vocab.h"
 
 namespace ds4::convert {
@@ -28,6 +29,9 @@ struct QwenSynthOptions {
   uint64_t seed = 1;
   Recipe recipe = Recipe::FlashQ4;
   int threads = 0;
+  // Experts: the routed experts (ffn_*_exps) are file holes (zeros); All: every tensor is. The
+  // tensor table and metadata are the same, so a full 40-layer file can be checked in a test.
+  Sparse sparse = Sparse::None;
   std::function<void(std::string_view)> log;
 };
 struct QwenSynthReport {

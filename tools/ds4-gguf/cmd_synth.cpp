@@ -59,7 +59,7 @@ int cmd_synth(int argc, char** argv) {
       q.out_path = o.out_path;
       q.layers = layers_given ? o.layers : 4;
       q.seed = o.seed;
-      if (o.sparse != ds4::convert::Sparse::None) throw ds4::Error("synth: --sparse is not available for qwen36-q4");
+      q.sparse = o.sparse;
       auto rep = ds4::convert::synth_qwen36(q);
       std::printf("wrote %s: %zu tensors, %llu data bytes\n", o.out_path.c_str(), rep.n_tensors,
                   static_cast<unsigned long long>(rep.data_bytes));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "convert/qwen35moe_convert.h"
 #include "convert/synth.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -165,5 +166,114 @@ TEST(ConvertSynth, Q4PresetUsesQ4KExperts) {
   check_table(out, flash_table(5, GgmlType::Q4_K, GgmlType::Q4_K));
   auto f = ds4::gguf::File::open(out);
   EXPECT_EQ(f.find_tensor("blk.4.ffn_up_exps.weight")->n_bytes, 256ull * 4718592);
+  std::filesystem::remove(out);
+}
+
+namespace {
+
+// Qwen3.6-35B-A3B's text model, from its config.json: hidden 2048, 40 layers (3 Gated DeltaNet
+// + 1 gated attention, repeated), attention 16 heads x 256 on 2 KV heads, DeltaNet 16 key / 32
+// value heads of 128, conv kernel 4, 256 experts of width 512 (8 used) + a shared expert of 512,
+// vocabulary 248320. Names and ggml shapes as llama.cpp's qwen35moe loader reads them
+// (docs/FORMATS.md); types: the qwen36-q4 preset's Q4_K matrices and experts, Q6_K output, F32
+// routers, DeltaNet alpha/beta, shared-expert gate, conv kernel, norms and vectors.
+std::map<std::string, Expect> qwen36_table(uint32_t layers) {
+  const auto F32 = GgmlType::F32, Q4 = GgmlType::Q4_K, Q6 = GgmlType::Q6_K;
+  std::map<std::string, Expect> t = {
+      {"token_embd.weight", {Q4, {2048, 248320}}},
+      {"output_norm.weight", {F32, {2048}}},
+      {"output.weight", {Q6, {2048, 248320}}},
+  };
+  for (uint32_t il = 0; il < layers; ++il) {
+    auto k = [&](const char* s) { return "blk." + std::to_string(il) + "." + s; };
+    t[k("attn_norm.weight")] = {F32, {2048}};
+    t[k("post_attention_norm.weight")] = {F32, {2048}};
+    if ((il + 1) % 4 != 0) {
+      t[k("attn_qkv.weight")] = {Q4, {2048, 2 * 16 * 128 + 32 * 128}};
+      t[k("attn_gate.weight")] = {Q4, {2048, 32 * 128}};
+      t[k("ssm_beta.weight")] = {F32, {2048, 32}};
+      t[k("ssm_alpha.weight")] = {F32, {2048, 32}};
+      t[k("ssm_conv1d.weight")] = {F32, {4, 8192}};
+      t[k("ssm_dt.bias")] = {F32, {32}};
+      t[k("ssm_a")] = {F32, {32}};
+      t[k("ssm_norm.weight")] = {F32, {128}};
+      t[k("ssm_out.weight")] = {Q4, {4096, 2048}};
+    } else {
+      t[k("attn_q.weight")] = {Q4, {2048, 16 * 256 * 2}};  // query and output gate per head
+      t[k("attn_k.weight")] = {Q4, {2048, 2 * 256}};
+      t[k("attn_v.weight")] = {Q4, {2048, 2 * 256}};
+      t[k("attn_output.weight")] = {Q4, {16 * 256, 2048}};
+      t[k("attn_q_norm.weight")] = {F32, {256}};
+      t[k("attn_k_norm.weight")] = {F32, {256}};
+    }
+    t[k("ffn_gate_inp.weight")] = {F32, {2048, 256}};
+    t[k("ffn_gate_exps.weight")] = {Q4, {2048, 512, 256}};
+    t[k("ffn_up_exps.weight")] = {Q4, {2048, 512, 256}};
+    t[k("ffn_down_exps.weight")] = {Q4, {512, 2048, 256}};
+    t[k("ffn_gate_inp_shexp.weight")] = {F32, {2048}};
+    t[k("ffn_gate_shexp.weight")] = {Q4, {2048, 512}};
+    t[k("ffn_up_shexp.weight")] = {Q4, {2048, 512}};
+    t[k("ffn_down_shexp.weight")] = {Q4, {512, 2048}};
+  }
+  return t;
+}
+
+}  // namespace
+
+TEST(ConvertSynth, Qwen36Q4With40LayersMatchesThePublishedShapes) {
+  const std::string out = temp_path("qwen36_q4_40.gguf");
+  ds4::convert::QwenSynthOptions o;
+  o.out_path = out;
+  o.layers = 40;
+  o.sparse = ds4::convert::Sparse::All;
+  const auto rep = ds4::convert::synth_qwen36(o);
+  const auto want = qwen36_table(40);
+  EXPECT_EQ(rep.n_tensors, want.size());
+  check_table(out, want);
+
+  auto f = ds4::gguf::File::open(out);
+  // A Q4_K expert of 2048 x 512 is 512 rows of 8 blocks of 144 bytes.
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_gate_exps.weight")->n_bytes, 256ull * 512 * 8 * 144);
+  // Same order as the published Q4_K_S file (20.8 GB, the issue): ours is all Q4_K.
+  EXPECT_GT(f.file_size(), 18ull << 30);
+  EXPECT_LT(f.file_size(), 21ull << 30);
+
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen35moe");
+  for (const auto& [key, v] : std::map<std::string, uint64_t>{{"block_count", 40},
+                                                              {"context_length", 262144},
+                                                              {"embedding_length", 2048},
+                                                              {"attention.head_count", 16},
+                                                              {"attention.head_count_kv", 2},
+                                                              {"attention.key_length", 256},
+                                                              {"attention.value_length", 256},
+                                                              {"rope.dimension_count", 64},
+                                                              {"expert_count", 256},
+                                                              {"expert_used_count", 8},
+                                                              {"expert_feed_forward_length", 512},
+                                                              {"expert_shared_feed_forward_length", 512},
+                                                              {"ssm.conv_kernel", 4},
+                                                              {"ssm.state_size", 128},
+                                                              {"ssm.group_count", 16},
+                                                              {"ssm.time_step_rank", 32},
+                                                              {"ssm.inner_size", 4096},
+                                                              {"full_attention_interval", 4}})
+    EXPECT_EQ(f.get_uint("qwen35moe." + key), v) << key;
+  EXPECT_EQ(f.get_float("qwen35moe.rope.freq_base"), 1e7);
+  EXPECT_EQ(f.get_int_array("qwen35moe.rope.dimension_sections"), (std::vector<int64_t>{11, 11, 10, 0}));
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "qwen35");
+  EXPECT_EQ(f.get_string_array("tokenizer.ggml.tokens")->size(), 248320u);
+
+  struct stat st {};
+  ASSERT_EQ(::stat(out.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 64ull << 20);
+
+  ds4::test::GgmlGguf g(out);
+  ASSERT_TRUE(g.ok()) << "libggml-base rejected the synthetic file";
+  EXPECT_EQ(g.n_tensors(), static_cast<int64_t>(want.size()));
+  EXPECT_EQ(g.arr_n("qwen35moe.attention.recurrent_layers"), 40u);
+  for (int64_t i = 0; i < g.n_tensors(); ++i) {
+    EXPECT_EQ(g.tensor_offset(i), f.tensors()[i].offset);
+    EXPECT_EQ(g.tensor_size(i), f.tensors()[i].n_bytes);
+  }
   std::filesystem::remove(out);
 }
