@@ -25,6 +25,10 @@ struct QwenTiny {
   std::vector<std::string> layers = {"linear_attention", "linear_attention", "linear_attention", "full_attention"};
   double rope_theta = 10000000.0;
   bool per_expert = false;  // write mlp.experts.E.{gate,up,down}_proj.weight instead of stacks
+  // The published checkpoints' layout (Qwen3_5MoeForConditionalGeneration): text weights under
+  // model.language_model., config.json's text part under text_config, plus a vision tower
+  // (model.visual.*) and an MTP head (mtp.*) that the text model does not use. Same values.
+  bool multimodal = false;
 };
 
 inline void write_qwen_checkpoint(const std::string& dir, const QwenTiny& c, uint32_t seed) {
@@ -41,7 +45,7 @@ inline void write_qwen_checkpoint(const std::string& dir, const QwenTiny& c, uin
       const float v = static_cast<float>(gen());
       std::memcpy(t.bytes.data() + i * 4, &v, 4);
     }
-    ck["model." + name] = std::move(t);
+    ck[(c.multimodal ? "model.language_model." : "model.") + name] = std::move(t);
   };
   auto normal = [&](double std, double mean = 0.0) { return [&, std, mean] { return mean + std * nd(rng); }; };
   const double H = c.hidden;
@@ -104,6 +108,9 @@ inline void write_qwen_checkpoint(const std::string& dir, const QwenTiny& c, uin
     }
     ck["lm_head.weight"] = std::move(t);
   }
+  if (c.multimodal)
+    for (const char* extra : {"model.visual.patch_embed.proj.weight", "mtp.fc.weight"})
+      ck[extra] = CkptTensor{"F32", {4, 8}, std::vector<uint8_t>(4 * 8 * 4)};
   write_ckpt(dir + "/model.safetensors", ck);
 
   const int n_freq = c.head_dim / 4 / 2;
@@ -138,6 +145,14 @@ inline void write_qwen_checkpoint(const std::string& dir, const QwenTiny& c, uin
         {"mrope_section", {n_freq - 2 * (n_freq / 3), n_freq / 3, n_freq / 3}},
         {"mrope_interleaved", true}}},
   };
+  if (c.multimodal) {
+    cfg.erase("architectures");
+    cfg = {{"architectures", {"Qwen3_5MoeForConditionalGeneration"}},
+           {"model_type", "qwen3_5_moe"},
+           {"tie_word_embeddings", false},
+           {"text_config", cfg},
+           {"vision_config", {{"depth", 1}, {"hidden_size", 8}}}};
+  }
   std::ofstream(dir + "/config.json") << cfg.dump(1);
 }
 

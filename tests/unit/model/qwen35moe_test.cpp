@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,6 +20,7 @@
 #include "convert/convert_hf.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "gguf/gguf.h"
 #include "../convert/llama_runner.h"
 #include "model/qwen35moe/model.h"
 #include "qwen35moe_checkpoint.h"
@@ -86,6 +88,36 @@ ds4::test::QwenTiny mixed() {
 }
 
 }  // namespace
+
+// The published checkpoints' layout (Qwen3_5MoeForConditionalGeneration: model.language_model.*
+// names, config.json's text part under text_config, a vision tower and an MTP head) converts to
+// the same GGUF tensors, byte for byte, as the text-only layout of the same values.
+TEST(Qwen35Moe, MultimodalCheckpointLayoutGivesTheSameTensors) {
+  ds4::test::QwenTiny mm = hybrid();
+  mm.multimodal = true;
+  const std::string text_file = gguf_for("layout_text", hybrid(), 13), dir = tmpdir("layout_mm");
+  ds4::test::write_qwen_checkpoint(dir + "/hf", mm, 13);
+  ds4::convert::ConvertOptions o;
+  o.hf_dir = dir + "/hf";
+  o.out_path = dir + "/model-f32.gguf";
+  o.recipe = ds4::convert::Recipe::F32;
+  const auto rep = ds4::convert::convert_hf(o);
+  size_t ignored = 0;
+  for (const auto& n : rep.notes) ignored += n.find("ignored") != std::string::npos;
+  EXPECT_EQ(ignored, 2u);  // model.visual.patch_embed.proj.weight, mtp.fc.weight
+  const auto a = ds4::gguf::File::open(text_file), b = ds4::gguf::File::open(o.out_path);
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    const auto &ta = a.tensors()[i], &tb = b.tensors()[i];
+    ASSERT_EQ(ta.name, tb.name);
+    EXPECT_EQ(ta.type, tb.type) << ta.name;
+    EXPECT_EQ(ta.ne, tb.ne) << ta.name;
+    ASSERT_EQ(ta.n_bytes, tb.n_bytes) << ta.name;
+    EXPECT_EQ(std::memcmp(ta.data, tb.data, ta.n_bytes), 0) << ta.name;
+  }
+  EXPECT_EQ(a.get_string("tokenizer.ggml.pre"), b.get_string("tokenizer.ggml.pre"));
+  EXPECT_EQ(b.get_string("general.architecture"), "qwen35moe");
+}
 
 TEST(Qwen35Moe, LoadsConvertedCheckpoint) {
   auto m = Model::load(gguf_for("hybrid", hybrid(), 7));
