@@ -164,3 +164,32 @@ TEST(Qwen35MoeSession, PayloadRoundTrips) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
 }
+
+// A payload saved on another qwen35moe model (another layout and seed) is refused by the model
+// id, naming both, before any of its state is read.
+TEST(Qwen35MoeSession, PayloadOfAnotherModelIsRefused) {
+  const fs::path d = ds4::test::test_tmp_dir() / ("ds4_qwen_session_other_" + std::to_string(::getpid()));
+  ds4::test::QwenTiny c;
+  c.layers = {"linear_attention", "linear_attention", "full_attention", "linear_attention"};
+  ds4::test::write_qwen_checkpoint((d / "hf").string(), c, 22);
+  ds4::convert::ConvertOptions co;
+  co.hf_dir = (d / "hf").string();
+  co.out_path = (d / "other.gguf").string();
+  co.recipe = ds4::convert::Recipe::F32;
+  ds4::convert::convert_hf(co);
+  ds4::EngineOptions eo;
+  eo.model_path = co.out_path;
+  eo.threads = 2;
+  eo.ctx_size = 512;
+  auto other = ds4::Engine::open(eo)->new_session();
+  other->eval(seq(20, 6));
+  const auto bytes = other->save_payload();
+  auto s = engine()->new_session();
+  try {
+    s->load_payload(bytes);
+    FAIL() << "a payload of another model was accepted";
+  } catch (const ds4::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("saved with model"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->n_past(), 0);
+}
