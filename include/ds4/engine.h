@@ -58,7 +58,7 @@ struct EngineOptions {
   std::string packed_experts;                // "" = MODEL.gguf.experts when it exists
   std::string trace_routing;                 // write a routing trace (docs/FORMATS.md) here
   // Residency plan (DeepSeek V4 on the CPU backend; src/stream/planner.h), printed with the
-  // memory plan: by default the model stays resident when its weights + one session's state at
+  // memory plan: by default the model stays resident when its weights + planned_sessions states at
   // ctx_size + scratch + memory_reserve_gib fit in the available host memory, and otherwise its
   // routed experts stream through a cache sized from what is left (refused below one token's
   // experts). resident: refuse to start unless it fits. host_memory_gib: the memory the plan
@@ -66,6 +66,9 @@ struct EngineOptions {
   bool resident = false;
   double memory_reserve_gib = 2.0;
   double host_memory_gib = 0;
+  // How many live sessions the residency plan counts (each with its state at ctx_size): the
+  // server keeps up to --max-sessions of them (ds4-server sets it); the CLI and agent run one.
+  int planned_sessions = 1;
 
   // Directional steering (DeepSeek V4 only): a direction file from `ds4-gguf steer-build` for
   // this model (docs/FORMATS.md "Steering direction file"; another model's file is an error),

@@ -132,6 +132,8 @@ void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOpti
   stream::MemoryNeeds need;
   need.weights_bytes = plan.weights_bytes;
   need.session_bytes = plan.state_bytes_at_ctx + plan.checkpoint_bytes;
+  if (o.planned_sessions < 1) fail("planned sessions {}: the memory plan counts at least one", o.planned_sessions);
+  need.sessions = o.planned_sessions;
   // Scratch estimate: ~48 floats per hidden unit and a row of logits per batch row.
   const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, o.max_batch));
   need.scratch_bytes = rows * static_cast<uint64_t>(hp.n_embd) * 48 * sizeof(float) +

@@ -12,12 +12,17 @@
 namespace ds4::stream {
 
 ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& req) {
-  const uint64_t resident_need = need.weights_bytes + need.session_bytes + need.scratch_bytes + req.reserve_bytes;
+  if (need.sessions < 1) fail("residency plan: {} sessions (at least one)", need.sessions);
+  const uint64_t sessions_bytes = need.session_bytes * static_cast<uint64_t>(need.sessions);
+  const std::string sessions_text = need.sessions == 1 ? fmt::format("session {}", human_bytes(need.session_bytes))
+                                                       : fmt::format("sessions {} x {}", need.sessions,
+                                                                     human_bytes(need.session_bytes));
+  const uint64_t resident_need = need.weights_bytes + sessions_bytes + need.scratch_bytes + req.reserve_bytes;
   const uint64_t avail = req.available_bytes;
-  const std::string figures = fmt::format(
-      "weights {} + session {} + scratch {} + reserve {} = {}; available {}", human_bytes(need.weights_bytes),
-      human_bytes(need.session_bytes), human_bytes(need.scratch_bytes), human_bytes(req.reserve_bytes),
-      human_bytes(resident_need), human_bytes(avail));
+  const std::string figures = fmt::format("weights {} + {} + scratch {} + reserve {} = {}; available {}",
+                                          human_bytes(need.weights_bytes), sessions_text,
+                                          human_bytes(need.scratch_bytes), human_bytes(req.reserve_bytes),
+                                          human_bytes(resident_need), human_bytes(avail));
   ResidencyPlan p;
   if (req.mode == Residency::Resident) {
     if (req.experts_freed)
@@ -36,7 +41,7 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
   // Streaming: everything but the experts stays, plus one cache.
   p.stream = true;
   const uint64_t non_expert = need.weights_bytes - std::min(need.expert_bytes, need.weights_bytes);
-  const uint64_t fixed = non_expert + need.session_bytes + need.scratch_bytes + req.reserve_bytes;
+  const uint64_t fixed = non_expert + sessions_bytes + need.scratch_bytes + req.reserve_bytes;
   const char* why = req.mode == Residency::Streaming ? "--ssd-streaming"
                     : req.experts_freed              ? "the experts live in the packed file"
                                                      : "the model does not fit resident";
@@ -49,14 +54,15 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
   const uint64_t left = avail > fixed ? avail - fixed : 0;
   const uint64_t cache = std::min(left, need.expert_bytes);
   if (cache < need.token_working_set)
-    fail("not enough memory to run this model ({}): non-expert weights {} + session {} + scratch {} + reserve {} "
+    fail("not enough memory to run this model ({}): non-expert weights {} + {} + scratch {} + reserve {} "
          "leave {} of {} available for the expert cache, below one token's experts ({})",
-         why, human_bytes(non_expert), human_bytes(need.session_bytes), human_bytes(need.scratch_bytes),
+         why, human_bytes(non_expert), sessions_text, human_bytes(need.scratch_bytes),
          human_bytes(req.reserve_bytes), human_bytes(left), human_bytes(avail), human_bytes(need.token_working_set));
   p.host_cache_bytes = cache;
   p.describe = fmt::format(
-      "residency         streaming ({}): host cache {} of {} experts, sized from {} available minus {} for the rest",
-      why, human_bytes(cache), human_bytes(need.expert_bytes), human_bytes(avail), human_bytes(fixed));
+      "residency         streaming ({}): host cache {} of {} experts, sized from {} available minus {} for the rest "
+      "({})",
+      why, human_bytes(cache), human_bytes(need.expert_bytes), human_bytes(avail), human_bytes(fixed), sessions_text);
   return p;
 }
 

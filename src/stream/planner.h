@@ -14,9 +14,11 @@ enum class Residency { Auto, Resident, Streaming };
 struct MemoryNeeds {
   uint64_t weights_bytes = 0;      // every tensor's data
   uint64_t expert_bytes = 0;       // the routed experts among them (what streaming moves out)
-  uint64_t session_bytes = 0;      // one session's state at the context size, with a checkpoint
+  uint64_t session_bytes = 0;      // one session's state at the context size, with a checkpoint;
+                                   // the plan counts it `sessions` times
   uint64_t scratch_bytes = 0;      // activations and temporaries (an estimate)
   uint64_t token_working_set = 0;  // one token's experts: the smallest cache that can run
+  int sessions = 1;                // live sessions counted (ds4-server keeps --max-sessions of them)
 };
 
 struct ResidencyRequest {

@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
 
   try {
     eo.ctx_size = ctx;
+    // The residency plan counts every session the server may keep live: --max-sessions, or the
+    // default's 3 (the server may keep fewer, never more, when they do not fit: see below).
+    eo.planned_sessions = max_sessions > 0 ? max_sessions : 3;
     eo.collect_imatrix = !imatrix_out.empty();
     eo.collect_expert_profile = !profile_out.empty();
     experts.apply(eo);

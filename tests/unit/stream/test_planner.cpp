@@ -90,6 +90,21 @@ TEST(Planner, AModelWithoutExpertsThatDoesNotFitIsAnError) {
   EXPECT_NE(error_of(n, request(Residency::Auto, 60)).find("no routed experts"), std::string::npos);
 }
 
+TEST(Planner, CountsEverySessionTheServerKeeps) {
+  // Three sessions of 5: resident needs 100 + 15 + 5 + 10 = 130, so 120 no longer fits, and the
+  // streaming cache shrinks by the two extra sessions: 60 - (20 + 15 + 5 + 10) = 10.
+  MemoryNeeds n = needs();
+  n.sessions = 3;
+  const ResidencyPlan p = plan_residency(n, request(Residency::Auto, 120));
+  EXPECT_TRUE(p.stream) << p.describe;
+  EXPECT_EQ(plan_residency(n, request(Residency::Auto, 60)).host_cache_bytes, 10u);
+  EXPECT_NE(p.describe.find("3 x"), std::string::npos) << p.describe;
+  const std::string e = error_of(n, request(Residency::Resident, 120));
+  EXPECT_NE(e.find("sessions 3 x"), std::string::npos) << e;
+  n.sessions = 0;
+  EXPECT_NE(error_of(n, request(Residency::Auto, 120)).find("0 sessions"), std::string::npos);
+}
+
 TEST(Planner, ReadsTheMachinesAvailableMemory) {
   // Linux: /proc/meminfo's MemAvailable is there and non-zero on any machine that runs tests.
   EXPECT_GT(host_available_bytes(), 0u);

@@ -252,4 +252,13 @@ TEST(StreamModel, ResidencyPlanOnTheDemoModel) {
   EXPECT_NE(error_of(eo).find("not enough memory to run this model"), std::string::npos) << error_of(eo);
   eo.memory_reserve_gib = -1;
   EXPECT_NE(error_of(eo).find("must not be negative"), std::string::npos) << error_of(eo);
+  eo = base();  // the server's sessions are all counted and printed
+  eo.host_memory_gib = 64;
+  eo.planned_sessions = 3;
+  {
+    auto eng = Engine::open(eo);
+    EXPECT_NE(eng->memory_plan().residency.find("sessions 3 x"), std::string::npos) << eng->memory_plan().residency;
+  }
+  eo.planned_sessions = 0;
+  EXPECT_NE(error_of(eo).find("planned sessions 0"), std::string::npos) << error_of(eo);
 }
