@@ -171,10 +171,17 @@ struct Case {
   ds4::test::LlamaFtype ft;
   const char* name;
   std::vector<const char*> must_contain;  // ggml types llama-quantize uses for this fixture (measured)
+  // Largest |dlogit| allowed between the two engines' quantized paths where llama.cpp's is healthy.
+  // Q4_0 and MXFP4_MOE: 0.94 and 0.90 measured (2026-12-02) on an AVX2-only AMD EPYC, where
+  // llama.cpp v0.5.0 computes these files (on the AVX-512 VM this test was written on it gave
+  // NaN, so they were skipped); their mean agreement, 0.011 and 0.009, is the other types'.
+  // At the worst position each engine is itself 0.79 (Q4_0) / 0.92 (ours, MXFP4) from the float
+  // decode, so the two can differ that much there.
+  double direct_max = kDirectMaxTol;
 };
 
 const Case kCases[] = {
-    {ds4::test::LlamaFtype::Q4_0, "Q4_0", {"q4_0"}},
+    {ds4::test::LlamaFtype::Q4_0, "Q4_0", {"q4_0"}, 1.0},
     {ds4::test::LlamaFtype::Q5_0, "Q5_0", {"q5_0"}},
     {ds4::test::LlamaFtype::Q2_K, "Q2_K", {"q2_K"}},
     {ds4::test::LlamaFtype::Q3_K_M, "Q3_K_M", {"q3_K", "q5_0"}},
@@ -185,7 +192,7 @@ const Case kCases[] = {
     {ds4::test::LlamaFtype::IQ4_NL, "IQ4_NL", {"iq4_nl"}},
     {ds4::test::LlamaFtype::IQ4_XS, "IQ4_XS", {"iq4_xs", "iq4_nl"}},
     {ds4::test::LlamaFtype::IQ3_S, "IQ3_S", {"iq3_s"}},
-    {ds4::test::LlamaFtype::MXFP4_MOE, "MXFP4_MOE", {"mxfp4"}},
+    {ds4::test::LlamaFtype::MXFP4_MOE, "MXFP4_MOE", {"mxfp4"}, 1.0},
 };
 
 }  // namespace
@@ -204,15 +211,15 @@ TEST_F(LlamaQuantized, EveryFileTypeLoadsAndMatchesLlamaCpp) {
     EXPECT_LT(r.ours_vs_decoded.mean, kMeanTol) << c.name;
     EXPECT_GE(r.ours_vs_decoded.top1, tokens_.size() * 9 / 10) << c.name;
     // Against llama.cpp's own quantized path wherever that path reproduces llama.cpp's float
-    // result as well as ours does (same criterion). llama.cpp v0.5.0's CPU backend returns NaN
-    // logits on this fixture for files with q4_0, q2_K, q3_K, q6_K or mxfp4 tensors, and its
+    // result as well as ours does (same criterion). On the AVX-512 VM llama.cpp v0.5.0's CPU
+    // backend returned NaN logits on this fixture for files with q4_0, q2_K, q3_K, q6_K or mxfp4 tensors, and its
     // q4_K / q5_K files are 0.27 (mean) from its own f32 decode: those comparisons are skipped
     // and printed above.
     const bool llama_healthy = !r.llama_q_vs_decoded.nan && r.llama_q_vs_decoded.mean < kMeanTol;
     if (llama_healthy) {
       ++direct;
       EXPECT_LT(r.direct.mean, kDirectMeanTol) << c.name;
-      EXPECT_LT(r.direct.all, kDirectMaxTol) << c.name;
+      EXPECT_LT(r.direct.all, c.direct_max) << c.name;
     }
   }
   EXPECT_GE(direct, 4);  // Q5_0, IQ4_NL, IQ4_XS, IQ3_S on llama.cpp v0.5.0
