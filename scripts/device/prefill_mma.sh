@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (carry: [".devrun"], built here by `make cuda` + pack_devrun.sh; nothing
 # is compiled there): the tensor-core Q8_0 matmul (issue 13, src/compute/cuda/gemm_mma.cu,
-# opt-in DS4_CUDA_MMA=1) in one call:
+# on by default, DS4_CUDA_MMA=0 turns it off) in one call:
 #   1. cuda_mma_check: the kernel vs the CPU backend (bit-exact rule) and its time vs the
 #      existing CUDA path, Flash shapes x rows {32, 100, 512, 2048}; then the routed experts
 #      (gemm_moe_mma.cu, IQ2_XXS/Q2_K, 64 experts top 6) vs the CPU's moe_experts;

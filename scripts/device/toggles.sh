@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Run ON the GPU machine (carry: [".devrun"] or the packed .devpack, built here by `make cuda` +
-# pack_devrun.sh): the decode-speed switches that were written without a GPU, each checked and
-# timed in one call before any becomes a default.
+# pack_devrun.sh): the decode-speed switches, each checked and timed in one call: the ones still
+# off (measured slower) turned on, and the defaults turned off ("no..." variants).
 #   1. parity (test_cuda_parity, every test) with all switches on together, and only when that
 #      fails, with each switch on alone;
 #   2. decode A/B on an 8-layer synthetic Flash q2 file (ab_decode.sh): base, each, all;
 #   3. the 43-layer file at 2K with the switches that passed parity and won on 8 layers, against base.
-# TOGGLES: space-separated "name:ENV=1[,ENV=1]" (default: the five below). STAGES selects.
+# TOGGLES: space-separated "name:ENV=V[,ENV=V]" (default: the seven below). STAGES selects.
 #   DS4_ROOT=$PWD bash .devrun/toggles.sh
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -16,7 +16,7 @@ OUT=${OUT:-/tmp/ds4out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$DEVRUN/lib:${LD_LIBRARY_PATH:-}
 B=$DEVRUN/bin
 STAGES=${STAGES:-"parity ab flash"}
-TOGGLES=${TOGGLES:-"pdl:DS4_CUDA_PDL=1 hco:DS4_CUDA_HC_OVERLAP=1 q8w:DS4_CUDA_Q8_WIDE=1 q8s:DS4_CUDA_Q8_SPLIT=1 moeg:DS4_CUDA_MOE_SMEM_GRID=1 mpair:DS4_CUDA_MOE_PAIR=1 fq:DS4_CUDA_FUSE_QUANT=1"}
+TOGGLES=${TOGGLES:-"pdl:DS4_CUDA_PDL=1 q8s:DS4_CUDA_Q8_SPLIT=1 moeg:DS4_CUDA_MOE_SMEM_GRID=1 nohco:DS4_CUDA_HC_OVERLAP=0 noq8w:DS4_CUDA_Q8_WIDE=0 nompair:DS4_CUDA_MOE_PAIR=0 nofq:DS4_CUDA_FUSE_QUANT=0"}
 all_envs=$(for t in $TOGGLES; do printf '%s,' "${t#*:}"; done); all_envs=${all_envs%,}
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 summary=()

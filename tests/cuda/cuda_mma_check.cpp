@@ -18,7 +18,7 @@
 // (n_in per group); the new path's time includes its activation quantization and both repacks.
 // "one-slot": the same kernel adding every term into one running sum (not the CPU's order,
 // output unchecked): the time the CPU's 4 live partial slots cost.
-// DS4_CUDA_MMA is unset at start, so ds4::cuda::matmul_grouped is the existing path.
+// DS4_CUDA_MMA=0 is set at start, so ds4::cuda::matmul_grouped is the existing path.
 //
 // Usage: cuda_mma_check [--quick] (quick: rows {32, 100} only). Exit 0 = pass, 1 = failure,
 // 77 = no GPU.
@@ -112,7 +112,7 @@ uint16_t fp32_to_fp16_check(float v) { return fp32_to_fp16(v); }
 
 int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
-  unsetenv("DS4_CUDA_MMA");  // the reference CUDA path is the existing one
+  setenv("DS4_CUDA_MMA", "0", 1);  // the reference CUDA path is the existing one (MMA is on by default)
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("no CUDA device: skipped\n");

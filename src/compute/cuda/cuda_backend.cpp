@@ -21,6 +21,7 @@
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_backend.h"
 #include "compute/cuda/cuda_dequant.h"
+#include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/gemv.h"
 #include "core/error.h"
@@ -304,10 +305,10 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   graphs_ = (!prof_ || prof_graph_) && !(gr && std::strcmp(gr, "0") == 0);
   const char* fh = std::getenv("DS4_CUDA_FUSE_HC");
   fuse_hc_ = !(fh && std::strcmp(fh, "0") == 0);
-  const char* ho = std::getenv("DS4_CUDA_HC_OVERLAP");
-  hc_overlap_ = ho && std::strcmp(ho, "1") == 0;
-  const char* fq = std::getenv("DS4_CUDA_FUSE_QUANT");
-  qact_on_ = fq && std::strcmp(fq, "1") == 0 && !opt_.float_activations;
+  // On by default since measured on the H200 (docs/BENCHMARKS.md, fifth CUDA session): =0 turns
+  // each off for A/B.
+  hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
+  qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
   if (qact_on_) {

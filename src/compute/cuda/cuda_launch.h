@@ -11,9 +11,19 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 
 namespace ds4::cuda {
+
+// A backend switch from the environment: "0" turns it off, any other non-empty value on; unset
+// or empty leaves `on_by_default`. Callers read it once (a static) so a step graph never mixes.
+inline bool env_switch(const char* name, bool on_by_default) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return on_by_default;
+  return std::strcmp(v, "0") != 0;
+}
 
 // DS4_CUDA_PDL=1 (read once). Off by default until measured on a GPU.
 bool pdl_enabled();

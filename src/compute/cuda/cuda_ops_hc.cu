@@ -261,7 +261,7 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
 // block for the next launch) then does what k_hc_pre and k_rms_norm do from its staged X: the
 // RMS, the split and Sinkhorn, x_in and its norm.
 // kOverlap false: the tail as k_hc_pre / k_rms_norm run it (hc_pre_row, 1024-thread partitions).
-// kOverlap true (DS4_CUDA_HC_OVERLAP=1, not yet measured on a GPU): staging by cp.async; warps
+// kOverlap true (the default since measured; DS4_CUDA_HC_OVERLAP=0 for the other): staging by cp.async; warps
 // 1.. sum the streams' squares while warp 0 forms the dot (every block: only the last one's is
 // used); the tail is hc_pre_tail_overlap (Sinkhorn beside x_in and the norm). The double sums
 // are partitioned differently, the float operations are the same.

@@ -1,7 +1,9 @@
 #pragma once
 // Tensor-core matmul for many activation rows (gemm_mma.cu; internal to the CUDA backend).
-// Opt-in while it has not run on a GPU: DS4_CUDA_MMA=1 selects it in gemv.cu's matmul for
-// Q8_0 weights and at least kMmaMinRows activation rows; otherwise nothing changes.
+// On by default since it ran on the H200 (cuda_mma_check: every output equal to the CPU's;
+// docs/BENCHMARKS.md): gemv.cu's matmul takes it for Q8_0 weights and at least kMmaMinRows
+// activation rows, moe_experts for at least kMmaMinPairs (token, slot) pairs; DS4_CUDA_MMA=0
+// turns it off (A/B).
 // Host-compiler friendly (the check program tests/cuda/cuda_mma_check.cpp includes it).
 #include <cuda_runtime.h>
 
@@ -13,9 +15,12 @@ namespace ds4::cuda::gemv_detail {
 
 struct ActQ;  // gemv_formats.cuh
 
-constexpr int64_t kMmaMinRows = 32;
+constexpr int64_t kMmaMinRows = 32;  // measured: about even with the warp kernels at 32 rows, ahead from 100
+// Measured with 64 experts, top 6: 2.5x slower than the warp kernels at 48 pairs, 1.2-1.3x
+// faster at 240; more experts spread the pairs thinner, so the bar sits at the measured win.
+constexpr int64_t kMmaMinPairs = 256;
 
-// DS4_CUDA_MMA set to a value other than "0" (read once).
+// DS4_CUDA_MMA unset or set to a value other than "0" (read once).
 bool mma_enabled();
 
 // True when the tensor-core kernel can take this product: Q8_0 weights, rows >= kMmaMinRows,
@@ -36,7 +41,7 @@ void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows
                 int64_t y_stride, cudaStream_t stream, bool one_slot = false);
 
 // Routed experts (gemv.h moe_experts, float_acts off) on tensor cores (gemm_moe_mma.cu): when
-// enabled, IQ2_XXS gate/up, Q2_K down, widths multiples of 256 and rows * k >= kMmaMinRows.
+// enabled, IQ2_XXS gate/up, Q2_K down, widths multiples of 256 and rows * k >= kMmaMinPairs.
 bool mma_moe_applies(const DevExperts& gate, const DevExperts& up, const DevExperts& down, int64_t rows, int64_t k);
 // moe_experts' contract, the CPU's values bit for bit (gemm_moe_mma.cuh).
 void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,

@@ -1,4 +1,4 @@
-// Tensor-core routed experts for many rows (gemm_mma.h mma_moe; opt-in DS4_CUDA_MMA=1): the
+// Tensor-core routed experts for many rows (gemm_mma.h mma_moe; on unless DS4_CUDA_MMA=0): the
 // (token, slot) pairs grouped by expert on the device (count, one-thread scan, placement), then
 // grouped products (gemm_moe_mma.cuh): IQ2_XXS gate and up (blockIdx.z) into gu, the CPU's
 // swiglu into h, h quantized to Q8_K (the CPU's bytes), Q2_K down into out, and the slots added
@@ -274,7 +274,7 @@ void launch_moe_mma(const MoeArgs& g, int64_t pairs, int64_t nz, cudaStream_t s,
 }  // namespace
 
 bool mma_moe_applies(const DevExperts& gate, const DevExperts& up, const DevExperts& down, int64_t rows, int64_t k) {
-  if (!mma_enabled() || rows * k < kMmaMinRows) return false;
+  if (!mma_enabled() || rows * k < kMmaMinPairs) return false;
   if (gate.first.type != GgmlType::IQ2_XXS || up.first.type != GgmlType::IQ2_XXS || down.first.type != GgmlType::Q2_K)
     return false;
   const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out;

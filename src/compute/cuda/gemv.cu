@@ -531,12 +531,10 @@ bool staged_gemv_only() {
   return on;
 }
 
-// DS4_CUDA_Q8_WIDE=1 (A/B): the one-row Q8_0 products with WarpQ8_0Wide's 4-byte loads.
+// The one-row Q8_0 products with WarpQ8_0Wide's 4-byte loads: on by default since measured;
+// DS4_CUDA_Q8_WIDE=0 for A/B.
 bool q8_wide() {
-  static const bool on = [] {
-    const char* e = std::getenv("DS4_CUDA_Q8_WIDE");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_switch("DS4_CUDA_Q8_WIDE", true);
   return on;
 }
 
@@ -658,7 +656,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
     Scratch buf(use_pre ? 0 : act_bytes(at, rows, x_len), stream);
     const ActQ aq = use_pre ? ActQ{pre->qs, pre->d, nullptr, x_len}
                             : quantize_acts(at, x, rows, x_len, x_stride, buf.get(), stream);
-    if constexpr (std::is_same_v<F, FmtQ8_0>)  // tensor cores, opt-in (gemm_mma.h)
+    if constexpr (std::is_same_v<F, FmtQ8_0>)  // tensor cores (gemm_mma.h)
       if (mma_applies(w, rows, group_rows)) return mma_matmul_q8_0(w, aq, rows, group_rows, y, y_stride, stream);
     if (rows == 1 && !staged_only) {
       const int64_t nb = w.n_in / F::kBE;

@@ -343,7 +343,7 @@ constexpr int kWarpRowsPerBlock = 8;
 // blockIdx.y = pair p0 + y, blockIdx.z = 0 (gate) / 1 (up); warp = one row:
 // gu[(p*2 + z)*n_ff + o] = the CPU's dot (kPost applied). One warp per (pair, row, matrix):
 // the most independent memory streams one decode token can have.
-// kSmemGrid (IQ2_XXS, DS4_CUDA_MOE_SMEM_GRID=1, not yet measured on a GPU): the block first
+// kSmemGrid (IQ2_XXS, DS4_CUDA_MOE_SMEM_GRID=1; measured 3% slower on the H200, so off): the block first
 // copies the 2 KiB grid into shared memory, so the four lookups per lane and block are shared
 // memory reads, not scattered L1 reads (ncu: the L1 was 84% busy at a fifth of the DRAM rate).
 template <class W, bool kSmemGrid>
@@ -393,7 +393,7 @@ __global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pai
   h[i] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
 }
 
-// DS4_CUDA_MOE_PAIR=1 (not yet measured on a GPU): blockIdx.y = pair p0 + y; warp = output row
+// The default (DS4_CUDA_MOE_PAIR=0 turns it off): blockIdx.y = pair p0 + y; warp = output row
 // o of both gate and up (warp_qdot2: one activation read for the two rows), then h[p][o] =
 // swiglu(g, u, limit) * weight[p] as k_wmoe_swiglu computes it, without the gu round trip or
 // its launch.
@@ -486,12 +486,10 @@ bool moe_smem_grid() {
   return on;
 }
 
-// DS4_CUDA_MOE_PAIR=1 (A/B): gate and up rows in one warp with the SwiGLU fused (k_wmoe_gate_up_pair).
+// Gate and up rows in one warp with the SwiGLU fused (k_wmoe_gate_up_pair): on by default since
+// measured; DS4_CUDA_MOE_PAIR=0 for A/B.
 bool moe_pair() {
-  static const bool on = [] {
-    const char* e = std::getenv("DS4_CUDA_MOE_PAIR");
-    return e && std::strcmp(e, "1") == 0;
-  }();
+  static const bool on = env_switch("DS4_CUDA_MOE_PAIR", true);
   return on;
 }
 
@@ -629,7 +627,7 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
     return;
   }
 
-  if (mma_moe_applies(gate, up, down, rows, k)) {  // tensor cores, opt-in (gemm_mma.h)
+  if (mma_moe_applies(gate, up, down, rows, k)) {  // tensor cores (gemm_mma.h)
     mma_moe(gate, up, down, x, experts, weights, rows, k, limit, y, stream);
     return;
   }

@@ -121,7 +121,7 @@ struct WarpQ8_0 {
   }
 };
 
-// Q8_0 with 4-byte loads (DS4_CUDA_Q8_WIDE=1, not yet measured on a GPU): blocks are 34 bytes,
+// Q8_0 with 4-byte loads (the default; DS4_CUDA_Q8_WIDE=0 for the 16-bit loads): blocks are 34 bytes,
 // 2-byte aligned, so a lane loads the aligned words holding its block, 9 loads instead of 17
 // 16-bit ones (ncu: the 16-bit loads kept the L1 70-80% busy at half the DRAM rate). No byte
 // outside the block is read except, when the block starts 2 bytes into a word, that word's
@@ -149,8 +149,8 @@ struct WarpQ8_0Wide : WarpQ8_0 {
   }
 };
 
-// Q8_0 in the split layout (gemv.h q8_0_split_rows; DS4_CUDA_Q8_SPLIT=1, not yet measured on a
-// GPU): a lane reads its block's 32 quants as two 16-byte loads and its scale from the row's
+// Q8_0 in the split layout (gemv.h q8_0_split_rows; DS4_CUDA_Q8_SPLIT=1; measured 4-5% slower on
+// the H200 in decode, so off): a lane reads its block's 32 quants as two 16-byte loads and its scale from the row's
 // scale array (the warp's 32 scales are one 64-byte read), 3 loads instead of 17. Same sums.
 struct WarpQ8_0Split : WarpQ8_0 {
   static constexpr bool kSplit = true;
@@ -241,7 +241,7 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
 }
 
 // Two rows against the same activation in one pass loop (the MoE gate and up rows of one
-// expert, DS4_CUDA_MOE_PAIR=1, not yet measured on a GPU): each pass loads both rows' blocks
+// expert; the default, DS4_CUDA_MOE_PAIR=0 turns it off): each pass loads both rows' blocks
 // before either is reduced, so a lane has two independent load streams, and the activation
 // block it reads serves both (ncu: the one-row kernel's activation reads were 4x its weight
 // bytes). ra and rb are warp_qdot's results for each row, bit for bit. tsm: 2 x nb floats.
