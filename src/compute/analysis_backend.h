@@ -131,6 +131,15 @@ class AnalysisBackend final : public Backend {
     inner_.compressor_store(ape, pos, ratio, lanes, kvp, scp, width, kv, score);
   }
   void compressor_emit(const CompressorEmit& e, int64_t pos) override { inner_.compressor_emit(e, pos); }
+  void compressor_chunk(const Matrix& ape, const CompressorEmit& e, int64_t pos0, int64_t count, const float* kvp,
+                        const float* scp) override {
+    inner_.compressor_chunk(ape, e, pos0, count, kvp, scp);
+  }
+  void indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t count) override { inner_.indexer_chunk(c, pos0, count); }
+  void attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv, int64_t pos0,
+                       int64_t count, const float* sinks, float scale, float* out) override {
+    inner_.attention_chunk(q, n_heads, head_dim, kv, pos0, count, sinks, scale, out);
+  }
   void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                        float* out) override {
     inner_.compressor_pool(kv, score, ratio, lanes, dim, out);

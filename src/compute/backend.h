@@ -290,6 +290,55 @@ class Backend {
                            const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                            float* y) = 0;
 
+  // ---- a chunk of consecutive positions (prefill) ------------------------------------------
+  // The attention sublayer's position-ordered work (ring, compressors, indexer, attention) for
+  // `count` consecutive positions pos0 .. pos0+count-1 as one op each, so a device backend can
+  // run a chunk in a few launches instead of a few per token. Each default body is the
+  // token-by-token loop over the single ops above (backend_step_ops.cpp: the CPU backend's
+  // numerics are the loop's), and an override must give the same values.
+
+  // For t < count, in order, p = pos0 + t: compressor_store(ape, p, e.ratio, e.lanes, kvp + t*W,
+  // scp + t*W, W, e.kv, e.score) then compressor_emit(e, p), with W = e.lanes * e.dim.
+  virtual void compressor_chunk(const Matrix& ape, const CompressorEmit& e, int64_t pos0, int64_t count,
+                                const float* kvp, const float* scp);
+
+  // For every t < count whose position p = pos0 + t sees more than k keys ((p+1)/ratio > k): the
+  // indexer's choice for that query, as the decode step makes it (spec §6.6): its query
+  // q + t*n_heads*head_dim copied, RoPE'd at p, Hadamard+FP4 rounded when `round`, scored by
+  // indexer_scores against keys[0 .. (p+1)/ratio) with weights w + t*n_heads, and the top k of
+  // those written to idx + t*k. Rows of idx for the other queries are left as they are.
+  struct IndexerChunk {
+    const float* q = nullptr;  // count rows of n_heads*head_dim (backend memory, unchanged)
+    const float* w = nullptr;  // count rows of n_heads
+    float scale = 0;
+    int64_t n_heads = 0, head_dim = 0;
+    const float* keys = nullptr;  // the indexer's compressed rows
+    int64_t ratio = 0, capacity = 0;
+    std::span<const double> freqs;
+    bool round = false;
+    int64_t k = 0;
+    int32_t* idx = nullptr;  // count rows of k
+  };
+  virtual void indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t count);
+
+  // Attention for `count` queries (q, out: count rows of [n_heads][head_dim]), query t at
+  // p = pos0 + t, each as attention() sees it after the chunk's rows up to p were stored: for t
+  // in order, store_row(ring, window, head_dim, p, fresh + t*head_dim) then attention() with the
+  // raw window, the (p+1)/ratio compressed rows of comp (none when comp is null), and idx +
+  // t*n_idx as their selection when idx is non-null and (p+1)/ratio > n_idx. On return the ring
+  // holds what those store_row calls leave.
+  struct AttnChunk {
+    float* ring = nullptr;
+    int64_t window = 0;
+    const float* fresh = nullptr;  // count rows of head_dim: the chunk's own keys/values
+    const float* comp = nullptr;
+    int64_t ratio = 0, comp_capacity = 0;
+    const int32_t* idx = nullptr;
+    int64_t n_idx = 0;
+  };
+  virtual void attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv, int64_t pos0,
+                               int64_t count, const float* sinks, float scale, float* out);
+
   // ---- decode-step graphs ------------------------------------------------------------------
   // A device backend may record the ops of one decode step (one token) once and replay them
   // for later tokens, reading the position and the token on the device. The forward pass

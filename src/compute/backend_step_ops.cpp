@@ -26,6 +26,53 @@ void Backend::compressor_emit(const CompressorEmit& e, int64_t pos) {
   }
 }
 
+void Backend::compressor_chunk(const Matrix& ape, const CompressorEmit& e, int64_t pos0, int64_t count,
+                               const float* kvp, const float* scp) {
+  const int64_t W = e.lanes * e.dim;
+  for (int64_t t = 0; t < count; ++t) {
+    compressor_store(ape, pos0 + t, e.ratio, e.lanes, kvp + t * W, scp + t * W, W, e.kv, e.score);
+    compressor_emit(e, pos0 + t);
+  }
+}
+
+void Backend::indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t count) {
+  if (c.ratio <= 0) fail("indexer_chunk: ratio {}", c.ratio);
+  const int64_t qn = c.n_heads * c.head_dim;
+  // Sized for the capacity, not this query's count, as the decode step sizes them.
+  Buffer<float> q(*this, static_cast<size_t>(qn)), score(*this, static_cast<size_t>(c.capacity));
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t p = pos0 + t;
+    const RowCount n = RowCount::at(p, c.ratio, c.capacity);
+    if (n.n <= c.k) continue;
+    copy(q.data(), c.q + t * qn, static_cast<size_t>(qn) * sizeof(float));
+    rope_tail(q.data(), 1, c.n_heads, c.head_dim, c.freqs, p, 0, false);
+    if (c.round) act_round(q.data(), c.n_heads, c.head_dim, c.head_dim, ActRound::HadamardFp4);
+    indexer_scores(q.data(), c.w + t * c.n_heads, c.scale, c.n_heads, c.head_dim, c.keys, n, score.data());
+    top_k(score.data(), n, c.k, c.idx + t * c.k);
+  }
+}
+
+void Backend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv, int64_t pos0,
+                              int64_t count, const float* sinks, float scale, float* out) {
+  const int64_t qn = n_heads * head_dim;
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t p = pos0 + t;
+    store_row(kv.ring, kv.window, head_dim, p, kv.fresh + t * head_dim);
+    AttnKv a{kv.ring, kv.window, p};
+    if (kv.comp) {
+      a.comp = kv.comp;
+      a.n_comp = (p + 1) / kv.ratio;
+      a.ratio = kv.ratio;
+      a.comp_capacity = kv.comp_capacity;
+      if (kv.idx && a.n_comp > kv.n_idx) {
+        a.idx = kv.idx + t * kv.n_idx;
+        a.n_idx = kv.n_idx;
+      }
+    }
+    attention(q + t * qn, n_heads, head_dim, a, sinks, scale, out + t * qn);
+  }
+}
+
 void Backend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                           const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
   matmul(fn, X, rows, mix);

@@ -94,17 +94,30 @@ std::unique_ptr<compute::Backend> backend(const std::string& name, ThreadPool* p
   return compute::make_backend(o);
 }
 
-// All positions' logits, as one prefill or token by token.
-std::vector<float> run(const Model& m, compute::Backend& be, const std::vector<int32_t>& toks, bool incremental) {
+// All positions' logits: one prefill (step 0), token by token (step 1), or evals of `step`
+// tokens each (chunks whose boundaries fall inside compressor windows and, with a step below
+// the sliding window, inside it too: the chunk ops' state hand-over from one chunk to the next).
+std::vector<float> run(const Model& m, compute::Backend& be, const std::vector<int32_t>& toks, size_t step) {
   const size_t V = static_cast<size_t>(m.hparams().n_vocab);
   std::vector<float> out(toks.size() * V);
   auto st = m.new_state(be, static_cast<int64_t>(toks.size()) + 64);
-  if (incremental) {
-    for (size_t i = 0; i < toks.size(); ++i) m.eval(be, st, std::span(toks).subspan(i, 1), out.data() + i * V);
-  } else {
-    m.eval(be, st, toks, out.data());
+  if (step == 0) step = toks.size();
+  for (size_t i = 0; i < toks.size(); i += step) {
+    const size_t n = std::min(step, toks.size() - i);
+    m.eval(be, st, std::span(toks).subspan(i, n), out.data() + i * V);
   }
   return out;
+}
+std::vector<float> run(const Model& m, compute::Backend& be, const std::vector<int32_t>& toks, bool incremental) {
+  return run(m, be, toks, static_cast<size_t>(incremental ? 1 : 0));
+}
+
+const char* step_label(size_t step) {
+  static thread_local char buf[32];
+  if (step == 0) return "prefill";
+  if (step == 1) return "incremental";
+  std::snprintf(buf, sizeof buf, "chunks of %zu", step);
+  return buf;
 }
 
 std::vector<int32_t> greedy(const Model& m, compute::Backend& be, const std::vector<int32_t>& prompt, int n) {
@@ -138,12 +151,12 @@ TEST_P(CudaParity, F32FixtureMatchesTransformers) {
   const auto toks = fixture_tokens(name);
   const auto want = read_f32(fs::path(env("DS4_FIXTURES")) / "deepseek4" / name / "logits.f32");
   const int64_t V = m->hparams().n_vocab;
-  for (bool inc : {false, true}) {
-    const auto got = run(*m, *be, toks, inc);
+  for (size_t step : {size_t{0}, size_t{1}, size_t{5}, size_t{37}}) {
+    const auto got = run(*m, *be, toks, step);
     ASSERT_EQ(got.size(), want.size());
     Diff d = compare(got, want, V);
     std::printf("[cuda-parity] %-12s %-11s vs transformers: max|dlogit| %.3g (worst position %lld), argmax differs at %lld\n",
-                name.c_str(), inc ? "incremental" : "prefill", d.max_abs, static_cast<long long>(d.worst),
+                name.c_str(), step_label(step), d.max_abs, static_cast<long long>(d.worst),
                 static_cast<long long>(d.argmax_differ));
     EXPECT_LE(d.max_abs, 1e-3);
     EXPECT_EQ(d.argmax_differ, 0);
@@ -192,13 +205,13 @@ void expect_matches_cpu(const std::string& gguf, const std::vector<int32_t>& tok
     m->register_weights(*gpu);
     const auto ref = run(*m, *cpu, toks, false);
     const int64_t V = m->hparams().n_vocab;
-    for (bool inc : {false, true}) {
-      const auto got = run(*m, *gpu, toks, inc);
+    for (size_t step : {size_t{0}, size_t{1}, size_t{45}, size_t{100}}) {
+      const auto got = run(*m, *gpu, toks, step);
       Diff d = compare(got, ref, V);
       std::printf("[cuda-parity] %s %-11s roundings %-3s CUDA vs CPU over %zu positions: max|dlogit| %.3g, mean %.3g, "
                   "argmax differs at %lld\n",
-                  label, inc ? "incremental" : "prefill", sim ? "on," : "off,", toks.size(), d.max_abs,
-                  mean_abs(got, ref), static_cast<long long>(d.argmax_differ));
+                  label, step_label(step), sim ? "on," : "off,", toks.size(), d.max_abs, mean_abs(got, ref),
+                  static_cast<long long>(d.argmax_differ));
       EXPECT_LE(d.max_abs, 1e-2);
     }
     if (!sim) continue;

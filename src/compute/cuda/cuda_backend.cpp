@@ -111,6 +111,11 @@ class CudaBackend final : public Backend {
   void compressor_emit(const CompressorEmit& e, int64_t pos) override;
   void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                        float* out) override;
+  void compressor_chunk(const Matrix& ape, const CompressorEmit& e, int64_t pos0, int64_t count, const float* kvp,
+                        const float* scp) override;
+  void indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t count) override;
+  void attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv, int64_t pos0,
+                       int64_t count, const float* sinks, float scale, float* out) override;
   void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
                  float* weights) override;
   void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
@@ -150,6 +155,7 @@ class CudaBackend final : public Backend {
   bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
   bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
+  bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
@@ -308,6 +314,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   // On by default since measured on the H200 (docs/BENCHMARKS.md, fifth CUDA session): =0 turns
   // each off for A/B.
   hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
+  chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
@@ -947,6 +954,104 @@ void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
   rope_tail(y.data(), 1, 1, e.dim, e.freqs, pos + 1 - e.ratio, 0, false);
   if (e.round) act_round(y.data(), 1, e.dim, e.n_round, e.round_kind);
   cuda::compressor_commit(dpos(pos), e.ratio, e.lanes, e.dim, y.data(), e.rows, e.kv, e.score, stream_);
+}
+
+// ---- chunks of positions (prefill) --------------------------------------------------------------
+// One launch (or a few) per op for the whole chunk; a single token, a recorded step and
+// DS4_CUDA_CHUNK=0 take the base class's token loop over the single ops.
+
+void CudaBackend::compressor_chunk(const Matrix& ape, const CompressorEmit& e, int64_t pos0, int64_t count,
+                                   const float* kvp, const float* scp) {
+  if (count <= 1 || rec_ || !chunk_ops_) return Backend::compressor_chunk(ape, e, pos0, count, kvp, scp);
+  qact_forget();
+  const int64_t R = e.ratio, D = e.dim;
+  if (R <= 0 || pos0 < 0 || (e.lanes != 1 && e.lanes != 2))
+    fail("CUDA compressor_chunk: ratio {}, {} lanes, position {}", R, e.lanes, pos0);
+  if (ape.type != GgmlType::F32 && ape.type != GgmlType::F16 && ape.type != GgmlType::BF16)
+    fail("CUDA compressor_chunk: ape type {} is not a float type", traits(ape.type).name);
+  if (ape.n_out < R || e.lanes * D > ape.n_in)
+    fail("CUDA compressor_chunk: ape is {} x {} for ratio {} and width {}", ape.n_out, ape.n_in, R, e.lanes * D);
+  const cuda::DevMatrix a = dev_matrix(ape, "compressor_chunk", "ape");
+  {
+    Prof prof(this, "compressor_chunk");
+    cuda::compressor_chunk_pool(ape.type, a.data, a.row_stride, pos0, count, R, e.lanes, D, kvp, scp, e.kv, e.score,
+                                e.rows, stream_);
+  }
+  const int64_t first_row = pos0 / R, n_emit = (pos0 + count) / R - first_row;
+  if (n_emit > 0) {
+    float* y = e.rows + first_row * D;
+    rms_norm(y, e.norm, D, n_emit, e.eps, y);
+    rope_tail(y, n_emit, 1, D, e.freqs, first_row * R, R, false);  // row r's window starts at r*R
+    if (e.round) act_round(y, n_emit, D, e.n_round, e.round_kind);
+  }
+  Prof prof(this, "compressor_chunk");
+  cuda::compressor_chunk_state(ape.type, a.data, a.row_stride, pos0, count, R, e.lanes, D, kvp, scp, e.kv, e.score,
+                               stream_);
+}
+
+void CudaBackend::indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t count) {
+  if (count <= 1 || rec_ || !chunk_ops_) return Backend::indexer_chunk(c, pos0, count);
+  qact_forget();
+  if (c.ratio <= 0 || pos0 < 0) fail("CUDA indexer_chunk: ratio {}, position {}", c.ratio, pos0);
+  // Queries from the first that sees more than k keys.
+  const int64_t first = std::max<int64_t>(0, (c.k + 1) * c.ratio - 1 - pos0);
+  if (first >= count) return;
+  const int64_t n = count - first, p = pos0 + first, qn = c.n_heads * c.head_dim;
+  const int64_t max_keys = (pos0 + count) / c.ratio;
+  if (max_keys > c.capacity) fail("CUDA indexer_chunk: {} keys above the capacity {}", max_keys, c.capacity);
+  Buffer<float> q(*this, static_cast<size_t>(n * qn));
+  copy(q.data(), c.q + first * qn, static_cast<size_t>(n * qn) * sizeof(float));
+  rope_tail(q.data(), n, c.n_heads, c.head_dim, c.freqs, p, 1, false);
+  if (c.round) act_round(q.data(), n * c.n_heads, c.head_dim, c.head_dim, ActRound::HadamardFp4);
+  // Scores of up to `group` queries at a time (max_keys apart), bounded to 256 MiB.
+  const int64_t group = std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(1, max_keys), 1, 65535);
+  Buffer<float> score(*this, static_cast<size_t>(std::min(group, n) * max_keys));
+  for (int64_t g0 = 0; g0 < n; g0 += group) {
+    const int64_t m = std::min(group, n - g0);
+    const cuda::DevCount keys{{nullptr, p + g0}, c.ratio, 0};
+    {
+      Prof prof(this, "indexer_scores (chunk)");
+      cuda::indexer_scores(q.data() + g0 * qn, c.w + (first + g0) * c.n_heads, c.scale, c.n_heads, c.head_dim, c.keys,
+                           keys, max_keys, score.data(), stream_, m, c.k);
+    }
+    Prof prof(this, "top_k (chunk)");
+    cuda::top_k(score.data(), keys, max_keys, c.k, c.idx + (first + g0) * c.k, stream_, m, c.k);
+  }
+}
+
+void CudaBackend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv,
+                                  int64_t pos0, int64_t count, const float* sinks, float scale, float* out) {
+  if (count <= 1 || rec_ || !chunk_ops_)
+    return Backend::attention_chunk(q, n_heads, head_dim, kv, pos0, count, sinks, scale, out);
+  qact_forget();
+  if (kv.window <= 0 || pos0 < 0) fail("CUDA attention_chunk: window {} / position {}", kv.window, pos0);
+  if (kv.comp && kv.ratio <= 0) fail("CUDA attention_chunk: compressed rows without a ratio");
+  const int64_t last = pos0 + count - 1;
+  const int64_t max_comp = kv.comp ? (last + 1) / kv.ratio : 0;
+  if (kv.comp && max_comp > kv.comp_capacity)
+    fail("CUDA attention_chunk: {} compressed rows above the capacity {}", max_comp, kv.comp_capacity);
+  cuda::AttnRows r;
+  r.ring = kv.ring;
+  r.window = kv.window;
+  r.pos = cuda::DevPos{nullptr, pos0};
+  r.comp = kv.comp;
+  r.n_comp = kv.comp ? cuda::DevCount{{nullptr, pos0}, kv.ratio, 0} : cuda::DevCount{{}, 0, 0};
+  r.idx = kv.comp ? kv.idx : nullptr;
+  r.n_idx = kv.n_idx;
+  r.idx_per_query = true;
+  r.fresh = kv.fresh;
+  r.fresh_pos0 = pos0;
+  // An indexed query visits n_idx rows, any other at most max_comp (<= n_idx when idx is given).
+  const int64_t n_sel = !kv.comp ? 0 : kv.idx ? std::min(kv.n_idx, max_comp) : max_comp;
+  r.max_rows = std::min(kv.window, last + 1) + n_sel;
+  const float* s = weight_f(sinks, n_heads, "attention", "sinks");
+  if (!s) fail("CUDA attention_chunk: sinks are required");
+  {
+    Prof prof(this, "attention (chunk)");
+    cuda::attention(q, n_heads, head_dim, r, s, scale, out, d_err_, stream_, count);
+  }
+  Prof prof(this, "store_rows");
+  cuda::store_rows(kv.ring, kv.window, head_dim, pos0, count, kv.fresh, stream_);
 }
 
 // ---- decode-step graphs -----------------------------------------------------------------------

@@ -103,6 +103,20 @@ void compressor_commit(DevPos pos, int64_t ratio, int64_t lanes, int64_t dim, co
                        float* score, cudaStream_t s);
 void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim, float* out,
                      cudaStream_t s);
+// A chunk of positions pos0 .. pos0+count-1 (Backend::compressor_chunk) from the chunk's
+// projections kvp/scp (count rows of lanes*dim) and the state kv/score as it was before it:
+// pool: every window ending in the chunk pooled as the token loop would pool it, into its row
+// of `rows` (the norm, RoPE and rounding follow as separate ops); state: kv/score left as the
+// token loop leaves them (run after pool: it overwrites what pool reads).
+void compressor_chunk_pool(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, int64_t pos0, int64_t count,
+                           int64_t ratio, int64_t lanes, int64_t dim, const float* kvp, const float* scp,
+                           const float* kv, const float* score, float* rows, cudaStream_t s);
+void compressor_chunk_state(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, int64_t pos0, int64_t count,
+                            int64_t ratio, int64_t lanes, int64_t dim, const float* kvp, const float* scp, float* kv,
+                            float* score, cudaStream_t s);
+// The last min(count, ring_rows) of rows pos0 .. pos0+count-1 (src: count rows of n) into the ring.
+void store_rows(float* ring, int64_t ring_rows, int64_t n, int64_t pos0, int64_t count, const float* src,
+                cudaStream_t s);
 
 // ---- attention, indexer, selection (cuda_ops_attention.cu) ----------------------------------
 // The rows one query visits: window positions max(0, pos-window+1) .. pos, then compressed
@@ -117,14 +131,27 @@ struct AttnRows {
   const int32_t* idx = nullptr;
   int64_t n_idx = 0;
   int64_t max_rows = 0;
+  // A chunk of queries (n_queries > 1, query z at pos + z): window rows at positions >=
+  // fresh_pos0 are read from `fresh` (rows of head_dim from that position on) instead of the
+  // ring; with idx_per_query, query z uses idx + z*n_idx only when it sees more than n_idx
+  // compressed rows, and all of them otherwise.
+  const float* fresh = nullptr;
+  int64_t fresh_pos0 = 0;
+  bool idx_per_query = false;
 };
+// q, out: n_queries rows of [n_heads][head_dim]; max_rows bounds every query's rows.
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
-               float* out, int* err, cudaStream_t s);
-// n_keys: the keys scored (at most max_keys at any position the launch serves).
+               float* out, int* err, cudaStream_t s, int64_t n_queries = 1);
+// n_keys: the keys scored (at most max_keys at any position the launch serves). A chunk of
+// n_queries: query y at n_keys' position + y, q/w rows y, scores row y (max_keys apart); the
+// queries with at most skip_k keys are skipped (skip_k < 0: none).
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
-                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s);
+                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s, int64_t n_queries = 1,
+                    int64_t skip_k = -1);
 // The k highest of scores[0..n) (equal: the lower index), ascending index order; k <= n <= max_n.
-void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s);
+// A chunk of n_queries as indexer_scores lays it out (idx rows of k), skip_k likewise.
+void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s,
+           int64_t n_queries = 1, int64_t skip_k = -1);
 // tid2eid (device, n_tid_rows rows of k ids) or null; bias (device, n_expert) or null.
 void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
                const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale,

@@ -52,26 +52,32 @@ __device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, in
 // weighted rows (a thread per (head, dim), rows in order).
 
 // The visited rows of one query, from its position (read on the device in a recorded step).
+// Query z = blockIdx.z of a chunk sits at kv.pos + z (a decode step launches one, z = 0).
 struct AttnSpan {
   int64_t first_pos, n_win, n_comp, total;
+  const int32_t* idx;
 };
 __device__ inline AttnSpan attn_span(const AttnRows& kv) {
-  const int64_t pos = kv.pos.get();
+  const int64_t z = blockIdx.z;
+  const int64_t pos = kv.pos.get() + z;
   const int64_t first = pos - kv.window + 1 > 0 ? pos - kv.window + 1 : 0;
-  const int64_t n_comp = kv.n_comp.get();
-  const int64_t n_sel = kv.idx ? kv.n_idx : n_comp;
-  return {first, pos - first + 1, n_comp, pos - first + 1 + (kv.comp ? n_sel : 0)};
+  const int64_t n_comp = kv.n_comp.ratio > 0 ? (kv.n_comp.pos.get() + z + 1) / kv.n_comp.ratio : kv.n_comp.n;
+  const int32_t* idx = kv.idx;
+  if (idx && kv.idx_per_query) idx = n_comp > kv.n_idx ? idx + z * kv.n_idx : nullptr;
+  const int64_t n_sel = idx ? kv.n_idx : n_comp;
+  return {first, pos - first + 1, n_comp, pos - first + 1 + (kv.comp ? n_sel : 0), idx};
 }
 
 __device__ inline const float* attn_row(const AttnRows& kv, const AttnSpan& sp, int64_t r, int64_t head_dim,
                                         int* err) {
   if (r < sp.n_win) {
     const int64_t pp = sp.first_pos + r;
+    if (kv.fresh && pp >= kv.fresh_pos0) return kv.fresh + (pp - kv.fresh_pos0) * head_dim;
     return kv.ring + (pp % kv.window) * head_dim;
   }
   int64_t c = r - sp.n_win;
-  if (kv.idx) {
-    const int32_t v = kv.idx[c];
+  if (sp.idx) {
+    const int32_t v = sp.idx[c];
     if (v < 0 || v >= sp.n_comp) {
       if (atomicCAS(err, 0, kErrAttnIndex) == 0) err[1] = v;
       return nullptr;
@@ -92,7 +98,9 @@ __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim,
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
   if (h >= n_heads) return;  // whole warp
   const AttnSpan sp = attn_span(kv);
-  const float* qh = q + h * head_dim;
+  const int64_t z = blockIdx.z;
+  const float* qh = q + (z * n_heads + h) * head_dim;
+  S += z * n_heads * kv.max_rows;
   const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
   for (int64_t r = r0; r < r0 + kAttnRows && r < sp.total; ++r) {
     const float* row = attn_row(kv, sp, r, head_dim, err);
@@ -109,9 +117,10 @@ __global__ void k_attn_softmax(float* S, AttnRows kv, const float* sinks, float*
   __shared__ float red[32];
   __shared__ float m_sh;
   __shared__ float e_sh[kSoftChunk];
-  const int64_t h = blockIdx.x;
+  const int64_t h = blockIdx.x, z = blockIdx.z;
   const int64_t total = attn_span(kv).total;
-  float* s = S + h * kv.max_rows;
+  float* s = S + (z * gridDim.x + h) * kv.max_rows;
+  inv += z * gridDim.x;
   float m = sinks[h];
   for (int64_t r = threadIdx.x; r < total; r += blockDim.x) m = std_max(m, s[r]);
   for (int o = 16; o > 0; o >>= 1) m = std_max(m, __shfl_xor_sync(kFull, m, o));
@@ -159,6 +168,10 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
   const int64_t dd = d < head_dim ? d : 0;
   const AttnSpan sp = attn_span(kv);
   const int64_t total = sp.total;
+  const int64_t z = blockIdx.z;
+  E += z * n_heads * kv.max_rows;
+  inv += z * n_heads;
+  out += z * n_heads * head_dim;
   float acc = 0.0f;
   for (int64_t r0 = 0; r0 < total; r0 += kOutStage) {
     const int n = static_cast<int>(total - r0 < kOutStage ? total - r0 : kOutStage);
@@ -204,10 +217,22 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
 // relu(dot_1) + ... with each dot the CPU's f32 dot. A warp per key (lane = FMA chain), the
 // heads in order; q and w' in shared memory.
 
+// Chunks of queries: query y = blockIdx.y at n_keys_at's position + y, its q, w and scores at
+// the given strides; queries seeing at most skip_k keys are skipped (skip_k < 0: none are).
+struct IxQueries {
+  int64_t q_stride = 0, w_stride = 0, s_stride = 0, skip_k = -1;
+};
+__device__ inline int64_t keys_of_query(const DevCount& c, int64_t y) {
+  return c.ratio > 0 ? (c.pos.get() + y + 1) / c.ratio : c.n;
+}
+
 __global__ void k_indexer(const float* q, const float* w, float scale, int n_heads, int64_t head_dim,
-                          const float* keys, DevCount n_keys_at, float* scores) {
+                          const float* keys, DevCount n_keys_at, float* scores, IxQueries qs_) {
   pdl_begin();
-  const int64_t n_keys = n_keys_at.get();
+  const int64_t y = blockIdx.y;
+  const int64_t n_keys = keys_of_query(n_keys_at, y);
+  if (n_keys <= qs_.skip_k) return;
+  q += y * qs_.q_stride, w += y * qs_.w_stride, scores += y * qs_.s_stride;
   extern __shared__ float sh[];  // [n_heads*head_dim] q, [n_heads] w*scale
   float* qs = sh;
   float* ws = sh + n_heads * head_dim;
@@ -263,13 +288,19 @@ __device__ inline int block_exclusive_scan(int v, int* warp_sums) {
   return x - v + (warp > 0 ? warp_sums[warp - 1] : 0);
 }
 
-__global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, DevCount count, int k, int32_t* idx) {
+// Block x: the query at count's position + x (scores and idx at its strides; skipped when it
+// sees at most skip_k scores).
+__global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, DevCount count, int k, int32_t* idx,
+                                                        int64_t s_stride, int64_t skip_k) {
   pdl_begin();
   __shared__ unsigned hist[256];
   __shared__ int warp_sums[32];
   __shared__ uint32_t prefix_sh, mask_sh;
   __shared__ int need_sh;
-  const int64_t n = count.get();
+  const int64_t x = blockIdx.x;
+  const int64_t n = keys_of_query(count, x);
+  if (n <= skip_k) return;  // whole block
+  scores += x * s_stride, idx += x * k;
   const int t = threadIdx.x;
   if (t == 0) prefix_sh = 0, mask_sh = 0, need_sh = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
@@ -396,26 +427,40 @@ __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_ex
 }  // namespace
 
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,
-               float* out, int* err, cudaStream_t s) {
-  if (n_heads <= 0 || head_dim <= 0) return;
+               float* out, int* err, cudaStream_t s, int64_t n_queries) {
+  if (n_heads <= 0 || head_dim <= 0 || n_queries <= 0) return;
   if (n_heads > 65535 * kAttnHeads) fail("CUDA attention: {} heads exceed the grid", n_heads);
+  if (n_queries > 1 && (!kv.idx_per_query && kv.idx))
+    fail("CUDA attention: {} queries share one selection", n_queries);
   const int64_t rows = kv.max_rows;
   if (rows <= 0) fail("CUDA attention: no rows to visit");
-  const size_t sb = (static_cast<size_t>(n_heads * rows) * sizeof(float) + 255) / 256 * 256;
+  // Queries of a chunk run in groups whose scores fit a bounded scratch (256 MiB).
+  const int64_t per_query = n_heads * rows * static_cast<int64_t>(sizeof(float));
+  const int64_t group = std::clamp<int64_t>((int64_t{256} << 20) / per_query, 1, std::min<int64_t>(n_queries, 65535));
+  const size_t sb = (static_cast<size_t>(group * n_heads * rows) * sizeof(float) + 255) / 256 * 256;
   uint8_t* buf = nullptr;
   cudaError_t e = cudaSuccess;
-  buf = static_cast<uint8_t*>(block_cache().get(sb + static_cast<size_t>(n_heads) * sizeof(float), s, &e));
+  buf = static_cast<uint8_t*>(block_cache().get(sb + static_cast<size_t>(group * n_heads) * sizeof(float), s, &e));
   if (!buf) check(e, "cudaMallocAsync(attention scores)");
   float* S = reinterpret_cast<float*>(buf);
   float* inv = reinterpret_cast<float*>(buf + sb);
   const unsigned hb = static_cast<unsigned>((n_heads + kAttnHeads - 1) / kAttnHeads);
-  launch(k_attn_scores, dim3(grid_for(rows, kAttnRows), hb), 32 * kAttnHeads, 0, s, q, n_heads, head_dim, kv, scale, S,
-         err);
-  check_launch("attention scores");
-  launch(k_attn_softmax, static_cast<unsigned>(n_heads), 256, 0, s, S, kv, sinks, inv);
-  check_launch("attention softmax");
-  launch(k_attn_out, dim3(grid_for(head_dim, 32), hb), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kv, out, err);
-  check_launch("attention output");
+  const int64_t qn = n_heads * head_dim;
+  for (int64_t g0 = 0; g0 < n_queries; g0 += group) {
+    const unsigned nz = static_cast<unsigned>(std::min(group, n_queries - g0));
+    AttnRows kg = kv;
+    kg.pos.off += g0;
+    kg.n_comp.pos.off += g0;
+    if (kg.idx && kg.idx_per_query) kg.idx += g0 * kg.n_idx;
+    launch(k_attn_scores, dim3(grid_for(rows, kAttnRows), hb, nz), 32 * kAttnHeads, 0, s, q + g0 * qn, n_heads,
+           head_dim, kg, scale, S, err);
+    check_launch("attention scores");
+    launch(k_attn_softmax, dim3(static_cast<unsigned>(n_heads), 1, nz), 256, 0, s, S, kg, sinks, inv);
+    check_launch("attention softmax");
+    launch(k_attn_out, dim3(grid_for(head_dim, 32), hb, nz), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kg,
+           out + g0 * qn, err);
+    check_launch("attention output");
+  }
   block_cache().put(buf);
 }
 
@@ -430,9 +475,12 @@ constexpr size_t kIxShared =
 
 __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, const float* w, float scale,
                                                               const float* keys, DevCount n_keys_at,
-                                                              float* scores) {
+                                                              float* scores, IxQueries qs_) {
   pdl_begin();
-  const int64_t n_keys = n_keys_at.get();
+  const int64_t y = blockIdx.y;
+  const int64_t n_keys = keys_of_query(n_keys_at, y);
+  if (n_keys <= qs_.skip_k) return;
+  q += y * qs_.q_stride, w += y * qs_.w_stride, scores += y * qs_.s_stride;
   if (static_cast<int64_t>(blockIdx.x) * kIxKeys >= n_keys) return;  // whole block
   extern __shared__ float4 sh4[];
   float* qs = reinterpret_cast<float*>(sh4);   // [64][128]
@@ -474,8 +522,12 @@ __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, co
 }
 
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
-                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s) {
-  if (max_keys <= 0) return;
+                    DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s, int64_t n_queries,
+                    int64_t skip_k) {
+  if (max_keys <= 0 || n_queries <= 0) return;
+  if (n_queries > 65535) fail("CUDA indexer_scores: {} queries exceed the grid", n_queries);
+  const unsigned nq = static_cast<unsigned>(n_queries);
+  IxQueries qs{n_heads * head_dim, n_heads, max_keys, skip_k};
   if (n_heads == kIxHeads && head_dim == kIxDim) {
     static bool attr_set = false;  // one device per process (the backend's)
     if (!attr_set) {
@@ -484,7 +536,8 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
             "cudaFuncSetAttribute(indexer_scores 64x128)");
       attr_set = true;
     }
-    launch(k_indexer_flash, grid_for(max_keys, kIxKeys), kIxThreads, kIxShared, s, q, w, scale, keys, n_keys, scores);
+    launch(k_indexer_flash, dim3(grid_for(max_keys, kIxKeys), nq), kIxThreads, kIxShared, s, q, w, scale, keys,
+           n_keys, scores, qs);
     check_launch("indexer_scores (64x128)");
     return;
   }
@@ -495,14 +548,16 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
   if (shm > 48 * 1024)
     check(cudaFuncSetAttribute(k_indexer, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
           "cudaFuncSetAttribute(indexer_scores)");
-  launch(k_indexer, grid, threads, shm, s, q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys, scores);
+  launch(k_indexer, dim3(grid, nq), threads, shm, s, q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys,
+         scores, qs);
   check_launch("indexer_scores");
 }
 
-void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s) {
-  if (k <= 0) return;
+void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s, int64_t n_queries,
+           int64_t skip_k) {
+  if (k <= 0 || n_queries <= 0) return;
   if (max_n > 0x7fffffff || k > max_n) fail("CUDA top_k: k = {} of at most {} scores", k, max_n);
-  launch(k_top_k, 1, kTopKThreads, 0, s, scores, n, static_cast<int>(k), idx);
+  launch(k_top_k, grid_for(n_queries, 1), kTopKThreads, 0, s, scores, n, static_cast<int>(k), idx, max_n, skip_k);
   check_launch("top_k");
 }
 

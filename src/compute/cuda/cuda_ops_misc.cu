@@ -311,30 +311,114 @@ __global__ void k_store_row(float* ring, int64_t ring_rows, int64_t n, DevPos po
   if (i < n) ring[(pos.get() % ring_rows) * n + i] = src[i];
 }
 
-// One thread per output column, slots in order (the CPU's order for the max, den and num).
+// One output column of a pool, slots in order (the CPU's order for the max, den and num, with
+// no contraction: the CPU adds the rounded products). at(s, c) gives slot s's (kv, score) at
+// state column c (the lane's column offset included).
+template <class At>
+__device__ inline float pool_column(const At& at, int64_t ratio, int64_t lanes, int64_t dim, int64_t j) {
+  const int64_t slots = lanes * ratio;
+  float m = -INFINITY;
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
+    m = std_max(m, at(s, col + j).y);
+  }
+  if (m == -INFINITY) return 0.0f;
+  float den = 0, num = 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
+    const float2 v = at(s, col + j);
+    const float e = expf_ref(__fsub_rn(v.y, m));
+    den = __fadd_rn(den, e);
+    num = __fadd_rn(num, __fmul_rn(e, v.x));
+  }
+  return __fdiv_rn(num, den);
+}
+
+// One thread per output column.
 __global__ void k_compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t lanes, int64_t dim,
                                   float* out) {
   pdl_begin();
   int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (j >= dim) return;
-  const int64_t W = lanes * dim, slots = lanes * ratio;
-  float m = -INFINITY;
-  for (int64_t s = 0; s < slots; ++s) {
-    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
-    m = std_max(m, score[s * W + col + j]);
+  const int64_t W = lanes * dim;
+  auto at = [&](int64_t s, int64_t c) { return make_float2(kv[s * W + c], score[s * W + c]); };
+  out[j] = pool_column(at, ratio, lanes, dim, j);
+}
+
+// ---- compressor over a chunk of positions ----------------------------------------------------
+// Where the token loop's state slot would hold position pp's values when a window is pooled:
+// pp >= pos0 comes from the chunk's projections (the score with its ape bias, as
+// compressor_store adds it), older positions from the state as it was before the chunk.
+struct ChunkSrc {
+  int ape_type;
+  const uint8_t* ape;
+  size_t ape_stride;
+  int64_t pos0, ratio, W;
+  const float* kvp;
+  const float* scp;
+  __device__ float2 fresh(int64_t pp, int64_t c) const {
+    const int64_t t = pp - pos0;
+    return make_float2(kvp[t * W + c], float_row_elem(ape_type, ape + (pp % ratio) * ape_stride, c) + scp[t * W + c]);
   }
-  if (m == -INFINITY) {
-    out[j] = 0;
-    return;
+};
+
+// Block (column group, i): the i-th window ending in the chunk, at e = first_end + i*ratio.
+// Its slots as the token loop leaves them at e: the current window e-R+1 .. e (slot R + k with
+// two lanes, k alone with one); with two lanes the previous window e-2R+1 .. e-R in slots
+// 0..R-1, moved there at the emission e-R (inside the chunk: from the current lane the chunk
+// started with; before it: the previous lane it started with).
+__global__ void k_compressor_chunk_pool(ChunkSrc src, int64_t lanes, int64_t dim, int64_t first_end, const float* kv,
+                                        const float* score, float* rows) {
+  pdl_begin();
+  const int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (j >= dim) return;
+  const int64_t R = src.ratio, W = src.W, pos0 = src.pos0;
+  const int64_t e = first_end + static_cast<int64_t>(blockIdx.y) * R;
+  auto at = [&](int64_t s, int64_t c) {
+    const bool prev = lanes == 2 && s < R;
+    const int64_t k = lanes == 2 ? (prev ? s : s - R) : s;
+    const int64_t pp = prev ? e - 2 * R + 1 + k : e - R + 1 + k;
+    if (pp >= pos0) return src.fresh(pp, c);
+    const int64_t slot = prev && e - R >= pos0 ? R + k : s;
+    return make_float2(kv[slot * W + c], score[slot * W + c]);
+  };
+  rows[((e + 1) / R - 1) * dim + j] = pool_column(at, R, lanes, dim, j);
+}
+
+// Thread (k, c): slot k's column c after the chunk. The current lane holds, per slot, the latest
+// position of the chunk with that phase (older: unchanged); with two lanes the previous lane
+// holds the window of the chunk's last emission, when there was one.
+__global__ void k_compressor_chunk_state(ChunkSrc src, int64_t lanes, int64_t count, float* kv, float* score) {
+  pdl_begin();
+  const int64_t R = src.ratio, W = src.W, pos0 = src.pos0, last = pos0 + count - 1;
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= R * W) return;
+  const int64_t k = i / W, c = i % W;
+  const int64_t cur = (lanes == 2 ? R : 0) + k;
+  const float2 old_cur = make_float2(kv[cur * W + c], score[cur * W + c]);
+  if (lanes == 2) {
+    const int64_t last_end = (last + 1) / R * R - 1;  // the last window end at or before `last`
+    if (last_end >= pos0) {
+      const int64_t pp = last_end - R + 1 + k;
+      const float2 v = pp >= pos0 ? src.fresh(pp, c) : old_cur;
+      kv[k * W + c] = v.x, score[k * W + c] = v.y;
+    }
   }
-  float den = 0, num = 0;
-  for (int64_t s = 0; s < slots; ++s) {
-    const int64_t col = (lanes == 2 && s >= ratio) ? dim : 0;
-    const float e = expf_ref(score[s * W + col + j] - m);
-    den += e;
-    num += e * kv[s * W + col + j];
+  if (last >= k) {
+    const int64_t pp = k + (last - k) / R * R;  // the latest position <= last with phase k
+    if (pp >= pos0) {
+      const float2 v = src.fresh(pp, c);
+      kv[cur * W + c] = v.x, score[cur * W + c] = v.y;
+    }
   }
-  out[j] = num / den;
+}
+
+__global__ void k_store_rows(float* ring, int64_t ring_rows, int64_t n, int64_t pos0, int64_t count, const float* src) {
+  pdl_begin();
+  const int64_t first = count > ring_rows ? count - ring_rows : 0;
+  const int64_t t = first + blockIdx.y;
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (t < count && i < n) ring[((pos0 + t) % ring_rows) * n + i] = src[t * n + i];
 }
 
 }  // namespace
@@ -419,6 +503,38 @@ void compressor_pool(const float* kv, const float* score, int64_t ratio, int64_t
   if (dim <= 0) return;
   launch(k_compressor_pool, grid_for(dim, 128), 128, 0, s, kv, score, ratio, lanes, dim, out);
   check_launch("compressor_pool");
+}
+
+void compressor_chunk_pool(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, int64_t pos0, int64_t count,
+                           int64_t ratio, int64_t lanes, int64_t dim, const float* kvp, const float* scp,
+                           const float* kv, const float* score, float* rows, cudaStream_t s) {
+  const int64_t n_emit = (pos0 + count) / ratio - pos0 / ratio;
+  if (dim <= 0 || n_emit <= 0) return;
+  if (n_emit > 65535) fail("CUDA compressor_chunk: {} rows in one chunk exceed the grid", n_emit);
+  const int64_t first_end = (pos0 / ratio + 1) * ratio - 1;
+  const ChunkSrc src{static_cast<int>(ape_type), ape, ape_stride, pos0, ratio, lanes * dim, kvp, scp};
+  launch(k_compressor_chunk_pool, dim3(grid_for(dim, 128), static_cast<unsigned>(n_emit)), 128, 0, s, src, lanes, dim,
+         first_end, kv, score, rows);
+  check_launch("compressor_chunk pool");
+}
+
+void compressor_chunk_state(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, int64_t pos0, int64_t count,
+                            int64_t ratio, int64_t lanes, int64_t dim, const float* kvp, const float* scp, float* kv,
+                            float* score, cudaStream_t s) {
+  if (count <= 0) return;
+  const ChunkSrc src{static_cast<int>(ape_type), ape, ape_stride, pos0, ratio, lanes * dim, kvp, scp};
+  launch(k_compressor_chunk_state, grid_for(ratio * lanes * dim, 256), 256, 0, s, src, lanes, count, kv, score);
+  check_launch("compressor_chunk state");
+}
+
+void store_rows(float* ring, int64_t ring_rows, int64_t n, int64_t pos0, int64_t count, const float* src,
+                cudaStream_t s) {
+  if (n <= 0 || count <= 0) return;
+  const int64_t kept = std::min(count, ring_rows);
+  if (kept > 65535) fail("CUDA store_rows: {} rows exceed the grid", kept);
+  launch(k_store_rows, dim3(grid_for(n, 256), static_cast<unsigned>(kept)), 256, 0, s, ring, ring_rows, n, pos0, count,
+         src);
+  check_launch("store_rows");
 }
 
 }  // namespace ds4::cuda

@@ -1,7 +1,8 @@
 // Attention sublayer of DeepSeek V4 (spec §6.4-§6.7): Q/KV paths, the raw sliding window,
 // compressors with their cross-token state, the CSA indexer, sink attention and the grouped
-// low-rank output. Projections are batched over the tokens; everything that reads or writes
-// session state runs token by token in position order, so a batch equals serial decoding.
+// low-rank output. Projections are batched over the tokens; what reads or writes session state
+// runs as the backend's chunk ops, whose meaning is the token-by-token loop in position order,
+// so a batch equals serial decoding.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -11,20 +12,19 @@
 
 namespace ds4::model::deepseek4 {
 
-void Forward::compressor_step(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp,
-                              int64_t pos, bool is_indexer) {
+void Forward::compressor_chunk(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp,
+                               bool is_indexer) {
   const int64_t R = cs.ratio, D = cs.dim;
-  be_.compressor_store(cw.ape, pos, R, cs.lanes, kvp, scp, cs.width(), cs.kv.data(), cs.score.data());
-  // The window [pos+1-R, pos] is complete: pool it into the next row. Recorded decode steps
-  // are keyed by which layers emit (step_key), so a replay emits at the same phase.
-  if (!claim_row(cs, pos)) return;
   compute::CompressorEmit e;
   e.kv = cs.kv.data(), e.score = cs.score.data(), e.ratio = R, e.lanes = cs.lanes, e.dim = D;
   e.rows = cs.rows.data(), e.norm = cw.norm, e.eps = hp_.rms_eps, e.freqs = m_.freqs_compressed_;
   e.round = m_.opt_.act_quant_sim;
   e.round_kind = is_indexer ? compute::ActRound::HadamardFp4 : compute::ActRound::Fp8;
   e.n_round = is_indexer ? D : D - hp_.n_rot;
-  be_.compressor_emit(e, pos);
+  // Every window [p+1-R, p] completed in the batch pools into the next row. Recorded decode
+  // steps are keyed by which layers emit (step_key), so a replay emits at the same phase.
+  for (int64_t t = 0; t < n_; ++t) claim_row(cs, p0_ + t);
+  be_.compressor_chunk(cw.ape, e, p0_, n_, kvp, scp);
 }
 
 bool Forward::claim_row(CompressorState& cs, int64_t pos) {
@@ -35,24 +35,23 @@ bool Forward::claim_row(CompressorState& cs, int64_t pos) {
   return true;
 }
 
-compute::Buffer<int32_t> Forward::indexer_select(int64_t il, const float* q_idx, const float* w_idx, int64_t pos,
-                                                 int64_t k) {
+compute::Buffer<int32_t> Forward::indexer_chunk(int64_t il, const float* q_idx, const float* w_idx) {
   const LayerState& S = st_.layers[static_cast<size_t>(il)];
-  const int64_t nh = hp_.indexer_n_head, D = hp_.indexer_head_dim;
-  FBuf q = buf(nh * D);
-  be_.copy(q.data(), q_idx, static_cast<size_t>(nh * D) * sizeof(float));
-  be_.rope_tail(q.data(), 1, nh, D, m_.freqs_compressed_, pos, 0, false);
-  if (m_.opt_.act_quant_sim) be_.act_round(q.data(), nh, D, D, compute::ActRound::HadamardFp4);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D * nh)));
-  // Sized for the capacity, not today's count: a recorded step keeps its buffers.
-  const compute::RowCount n_rows = compute::RowCount::at(pos, S.index.ratio, S.index.capacity);
-  if (n_rows.n != S.index.n_rows)
-    fail("deepseek4: internal: layer {} holds {} indexer rows at position {}, expected {}", il, S.index.n_rows, pos,
-         n_rows.n);
-  FBuf score = buf(S.index.capacity);
-  be_.indexer_scores(q.data(), w_idx, scale, nh, D, S.index.rows.data(), n_rows, score.data());
-  compute::Buffer<int32_t> idx(be_, static_cast<size_t>(k));
-  be_.top_k(score.data(), n_rows, k, idx.data());
+  const int64_t nh = hp_.indexer_n_head, D = hp_.indexer_head_dim, k = hp_.indexer_top_k;
+  // attention_chunk consults a query's choice under the attention compressor's row count.
+  if (S.index.ratio != hp_.ratio(il))
+    fail("deepseek4: layer {}: indexer ratio {} differs from the compressor's {}", il, S.index.ratio, hp_.ratio(il));
+  if (S.index.n_rows != (p0_ + n_) / S.index.ratio)
+    fail("deepseek4: internal: layer {} holds {} indexer rows at position {}, expected {}", il, S.index.n_rows,
+         p0_ + n_ - 1, (p0_ + n_) / S.index.ratio);
+  compute::Backend::IndexerChunk c;
+  c.q = q_idx, c.w = w_idx, c.n_heads = nh, c.head_dim = D;
+  c.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D * nh)));
+  c.keys = S.index.rows.data(), c.ratio = S.index.ratio, c.capacity = S.index.capacity;
+  c.freqs = m_.freqs_compressed_, c.round = m_.opt_.act_quant_sim, c.k = k;
+  compute::Buffer<int32_t> idx(be_, static_cast<size_t>(n_ * k));
+  c.idx = idx.data();
+  be_.indexer_chunk(c, p0_, n_);
   return idx;
 }
 
@@ -110,36 +109,34 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   be_.rope_tail(kv.data(), n_, 1, hd, freqs, p0_, 1, false);
   if (sim) be_.act_round(kv.data(), n_, hd, hd - hp_.n_rot, compute::ActRound::Fp8);
 
+  // The position-ordered steps of the batch, one chunk op each (the ops' default bodies are
+  // the token-by-token loop, so a batch still equals serial decoding): each compressor's
+  // stores and window-end rows, the indexer's top-k for every query that needs one, then
+  // attention over the raw window (the batch's own rows included), the visible compressed rows
+  // or the chosen ones.
+  if (L.has_compressor) compressor_chunk(L.comp, S.attn, ckv.data(), csc.data(), false);
+  if (L.has_indexer) compressor_chunk(L.idx_comp, S.index, ikv.data(), isc.data(), true);
+  compute::Backend::AttnChunk kvs;
+  kvs.ring = S.raw.data();
+  kvs.window = win;
+  kvs.fresh = kv.data();
+  compute::Buffer<int32_t> sel;
+  if (L.has_compressor) {
+    if (S.attn.n_rows != (p0_ + n_) / R)
+      fail("deepseek4: internal: layer {} holds {} compressed rows at position {}", il, S.attn.n_rows, p0_ + n_ - 1);
+    kvs.comp = S.attn.rows.data();
+    kvs.ratio = R;
+    kvs.comp_capacity = S.attn.capacity;
+    if (L.has_indexer && (p0_ + n_) / R > hp_.indexer_top_k) {
+      if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
+      sel = indexer_chunk(il, iq.data(), iw.data());
+      kvs.idx = sel.data();
+      kvs.n_idx = hp_.indexer_top_k;
+    }
+  }
   FBuf heads = buf(n_ * nh * hd);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  for (int64_t t = 0; t < n_; ++t) {
-    const int64_t p = p0_ + t;
-    be_.store_row(S.raw.data(), win, hd, p, kv.data() + t * hd);
-    if (L.has_compressor)
-      compressor_step(L.comp, S.attn, ckv.data() + t * S.attn.width(), csc.data() + t * S.attn.width(), p, false);
-    if (L.has_indexer)
-      compressor_step(L.idx_comp, S.index, ikv.data() + t * S.index.width(), isc.data() + t * S.index.width(), p, true);
-
-    // Keys/values: the raw window (current token included) plus visible compressed rows.
-    compute::AttnKv kvs{S.raw.data(), win, p};
-    compute::Buffer<int32_t> sel;
-    if (L.has_compressor) {
-      kvs.comp = S.attn.rows.data();
-      kvs.n_comp = S.attn.n_rows;  // == (p+1)/R: rows are emitted at window ends
-      kvs.ratio = R;
-      kvs.comp_capacity = S.attn.capacity;
-      if (kvs.n_comp != (p + 1) / R)
-        fail("deepseek4: internal: layer {} holds {} compressed rows at position {}", il, kvs.n_comp, p);
-      if (L.has_indexer && kvs.n_comp > hp_.indexer_top_k) {
-        if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
-        sel = indexer_select(il, iq.data() + t * hp_.indexer_n_head * hp_.indexer_head_dim,
-                             iw.data() + t * hp_.indexer_n_head, p, hp_.indexer_top_k);
-        kvs.idx = sel.data();
-        kvs.n_idx = hp_.indexer_top_k;
-      }
-    }
-    be_.attention(q.data() + t * nh * hd, nh, hd, kvs, L.sinks, scale, heads.data() + t * nh * hd);
-  }
+  be_.attention_chunk(q.data(), nh, hd, kvs, p0_, n_, L.sinks, scale, heads.data());
   be_.rope_tail(heads.data(), n_, nh, hd, freqs, p0_, 1, true);  // undo the query-position rotation (trap 5)
 
   // Grouped low-rank output: group g maps its heads' concatenation to o_lora_rank values.

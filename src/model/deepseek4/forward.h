@@ -50,13 +50,15 @@ class Forward {
 
   // attention.cpp
   void attention_layer(int64_t il, const FBuf& X, FBuf& Xout);
-  void compressor_step(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp, int64_t pos,
-                       bool is_indexer);
+  // One compressor over the batch: its stores and the rows of every window the batch completes.
+  void compressor_chunk(const CompressorWeights& cw, CompressorState& cs, const float* kvp, const float* scp,
+                        bool is_indexer);
   // Host bookkeeping of one token's compressor step: counts the row emitted when the window
   // ending at pos completes (false when none does); the capacity is checked first.
   static bool claim_row(CompressorState& cs, int64_t pos);
-  // The indexer's top-k compressed rows for the query at `pos` (backend memory, k entries).
-  compute::Buffer<int32_t> indexer_select(int64_t il, const float* q_idx, const float* w_idx, int64_t pos, int64_t k);
+  // The indexer's top-k compressed rows for every query of the batch that sees more than top-k
+  // rows (backend memory, n_ rows of top-k entries; the other rows unset).
+  compute::Buffer<int32_t> indexer_chunk(int64_t il, const float* q_idx, const float* w_idx);
 
   // moe.cpp
   void ffn_layer(int64_t il, const FBuf& X, FBuf& Xout);

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Run ON the GPU machine (carry: the packed .devrun of scripts/device/pack_devrun.sh; nothing is
+# compiled there): the chunk ops of the attention sublayer (Backend::compressor_chunk /
+# indexer_chunk / attention_chunk; DS4_CUDA_CHUNK=0 gives the token loop they replace).
+#   STAGES="parity bench8 profile8 bench43" bash .devrun/prefill_chunk.sh
+# parity:   test_cuda_parity (prefill, token by token and chunked evals vs CPU and transformers)
+# bench8:   8-layer synthetic Flash q2, 2K prompt: token loop vs chunk ops, batch 512 and 2048
+# profile8: per-op GPU time of that prefill (DS4_CUDA_PROFILE=1): GEMMs vs attention vs the rest
+# bench43:  43 layers (86.7 GB in /dev/shm): chunk ops at BENCH_CTX (default "2048 8192"), batch
+#           BATCH (default 2048), and the token loop at 2K in the same run (the baseline)
+# One summary table at the end; logs under $OUT.
+set -uo pipefail
+ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
+DEVRUN=${DS4_DEVRUN:-$ROOT/.devrun}
+cd "$ROOT"
+OUT=${OUT:-/tmp/ds4out}; mkdir -p "$OUT"
+export LD_LIBRARY_PATH=$DEVRUN/lib:${LD_LIBRARY_PATH:-}
+B=$DEVRUN/bin
+STAGES=${STAGES:-"parity bench8 profile8 bench43"}
+BENCH_CTX=${BENCH_CTX:-"2048 8192"}
+BATCH=${BATCH:-2048}
+GEN=${GEN_TOKENS:-16}
+summary=()
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+t_all=$(date +%s)
+stage() { [[ " $STAGES " == *" $1 "* ]]; }
+
+bench() {  # name file ctx batch env...
+  local name=$1 f=$2 ctx=$3 batch=$4; shift 4
+  env "$@" timeout ${BENCH_TIMEOUT:-300} "$B/ds4-bench" -m "$f" --backend cuda --ctx-start "$ctx" --ctx-max "$ctx" \
+    --gen-tokens "$GEN" --batch "$batch" --csv "$OUT/$name.csv" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  summary+=("$(printf '%-28s rc=%-3d %s' "$name" $rc "$(tail -1 "$OUT/$name.csv" 2>/dev/null)")")
+}
+
+if stage parity; then
+  W=/tmp/ds4work; mkdir -p $W
+  for f in swa_tiny mixed_small flash_geom; do
+    "$B/ds4-gguf" convert-hf --hf tests/fixtures/deepseek4/$f --out $W/$f.f32.gguf --type f32 > /dev/null 2>&1 || echo "convert $f failed"
+  done
+  "$B/ds4-gguf" synth --preset flash-q2 --layers 3 --out $W/flash3.q2.gguf > /dev/null 2>&1 || echo "synth flash3 failed"
+  t0=$(date +%s)
+  DS4_CUDA_WORK=$W DS4_FIXTURES=$PWD/tests/fixtures DS4_DEMO=$PWD/models/ds4-demo.gguf \
+    timeout 400 "$B/test_cuda_parity" > "$OUT/parity.log" 2>&1; rc=$?
+  grep -E "\[cuda-parity\]" "$OUT/parity.log" | awk '{ if ($0 ~ /max\|dlogit\| 0,/ || $0 ~ /identical/) n0++; else print }' | head -40
+  summary+=("parity rc=$rc ($(( $(date +%s) - t0 )) s): $(grep -E '^\[  (PASSED|FAILED)' "$OUT/parity.log" | tr '\n' ' ')")
+  summary+=("  worst vs transformers: $(grep 'vs transformers' "$OUT/parity.log" | sed 's/.*max|dlogit| \([^ ]*\).*/\1/' | sort -g | tail -1); CUDA vs CPU lines not 0: $(grep 'CUDA vs CPU' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
+fi
+
+if stage bench8 || stage profile8; then
+  F8=/dev/shm/flash8.gguf
+  [ -f $F8 ] || "$B/ds4-gguf" synth --preset flash-q2 --layers 8 --out $F8 > "$OUT/synth8.log" 2>&1
+fi
+if stage bench8; then
+  bench loop8_b512 $F8 2048 512 DS4_CUDA_CHUNK=0
+  bench chunk8_b512 $F8 2048 512
+  bench chunk8_b2048 $F8 2048 2048
+  bench chunk8_8k_b2048 $F8 8192 2048
+fi
+if stage profile8; then
+  DS4_CUDA_PROFILE=1 timeout 300 "$B/ds4-bench" -m $F8 --backend cuda --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 \
+    --batch "$BATCH" > "$OUT/profile8.log" 2>&1
+  grep -A${PROFILE_LINES:-40} -E '^  op ' "$OUT/profile8.log"
+  summary+=("profile8 rc=$?: see profile8.log")
+fi
+if stage bench43; then
+  F=/dev/shm/flash-q2.gguf
+  t0=$(date +%s)
+  [ -f $F ] || "$B/ds4-gguf" synth --preset flash-q2 --out $F > "$OUT/synth.log" 2>&1
+  summary+=("synth 43 layers: $(du -h $F | cut -f1) in $(( $(date +%s) - t0 )) s")
+  bench loop43_2048_b512 $F 2048 512 DS4_CUDA_CHUNK=0
+  for ctx in $BENCH_CTX; do bench chunk43_${ctx}_b$BATCH $F $ctx "$BATCH"; done
+fi
+echo "==== summary ($(( $(date +%s) - t_all )) s) ===="
+echo "csv: context,prefill t/s,generation t/s,kv bytes (ds4-bench)"
+printf '%s\n' "${summary[@]}"
