@@ -2,9 +2,15 @@
 # Run ON the GPU machine (carry: the packed .devrun of scripts/device/pack_devrun.sh; nothing is
 # compiled there): the chunk ops of the attention sublayer (Backend::compressor_chunk /
 # indexer_chunk / attention_chunk; DS4_CUDA_CHUNK=0 gives the token loop they replace).
-#   STAGES="parity bench8 profile8 bench43" bash .devrun/prefill_chunk.sh
+#   STAGES="gemv parity bench8 profile8 bench43" bash .devrun/prefill_chunk.sh
+# gemv:     cuda_gemv_check --types old (the float GEMM of gemm_float.h takes its 100-row cases)
 # parity:   test_cuda_parity (prefill, token by token and chunked evals vs CPU and transformers)
-# bench8:   8-layer synthetic Flash q2, 2K prompt: token loop vs chunk ops, batch 512 and 2048
+# bench8:   8-layer synthetic Flash q2, 2K prompt, batch 2048: defaults, then one switch off each
+#           (DS4_CUDA_FGEMM=0: float products on the warp kernels; DS4_CUDA_ATTN_TILED=0: the
+#           one-query attention kernels, with 16 and 1 (DS4_CUDA_ATTN_ROWS=1) rows per scores
+#           block), the token loop at batch 512 (DS4_CUDA_CHUNK=0), and 8K at the defaults
+# ncu8:     Nsight Compute durations of the first NCU_COUNT (default 12) attention kernels of that
+#           prefill, tiled and not (which of scores / softmax / weighted rows bounds it)
 # profile8: per-op GPU time of that prefill (DS4_CUDA_PROFILE=1): GEMMs vs attention vs the rest
 # bench43:  43 layers (86.7 GB in /dev/shm): chunk ops at BENCH_CTX (default "2048 8192"), batch
 #           BATCH (default 2048), and the token loop at 2K in the same run (the baseline)
@@ -16,7 +22,7 @@ cd "$ROOT"
 OUT=${OUT:-/tmp/ds4out}; mkdir -p "$OUT"
 export LD_LIBRARY_PATH=$DEVRUN/lib:${LD_LIBRARY_PATH:-}
 B=$DEVRUN/bin
-STAGES=${STAGES:-"parity bench8 profile8 bench43"}
+STAGES=${STAGES:-"gemv parity bench8 ncu8 profile8 bench43"}
 BENCH_CTX=${BENCH_CTX:-"2048 8192"}
 BATCH=${BATCH:-2048}
 GEN=${GEN_TOKENS:-16}
@@ -33,6 +39,13 @@ bench() {  # name file ctx batch env...
   summary+=("$(printf '%-28s rc=%-3d %s' "$name" $rc "$(tail -1 "$OUT/$name.csv" 2>/dev/null)")")
 }
 
+if stage gemv; then
+  t0=$(date +%s)
+  timeout 200 "$B/cuda_gemv_check" --types old > "$OUT/gemv_old.log" 2>&1; rc=$?
+  grep -E "FAIL" "$OUT/gemv_old.log" | head -10
+  summary+=("gemv old rc=$rc ($(( $(date +%s) - t0 )) s): $(tail -1 "$OUT/gemv_old.log")")
+fi
+
 if stage parity; then
   W=/tmp/ds4work; mkdir -p $W
   for f in swa_tiny mixed_small flash_geom; do
@@ -47,15 +60,27 @@ if stage parity; then
   summary+=("  worst vs transformers: $(grep 'vs transformers' "$OUT/parity.log" | sed 's/.*max|dlogit| \([^ ]*\).*/\1/' | sort -g | tail -1); CUDA vs CPU lines not 0: $(grep 'CUDA vs CPU' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
 fi
 
-if stage bench8 || stage profile8; then
+if stage bench8 || stage profile8 || stage ncu8; then
   F8=/dev/shm/flash8.gguf
   [ -f $F8 ] || "$B/ds4-gguf" synth --preset flash-q2 --layers 8 --out $F8 > "$OUT/synth8.log" 2>&1
 fi
 if stage bench8; then
-  bench loop8_b512 $F8 2048 512 DS4_CUDA_CHUNK=0
-  bench chunk8_b512 $F8 2048 512
   bench chunk8_b2048 $F8 2048 2048
+  bench fgemm0_8_b2048 $F8 2048 2048 DS4_CUDA_FGEMM=0
+  bench tiled0_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0
+  bench tiled0_rows1_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0 DS4_CUDA_ATTN_ROWS=1
+  bench loop8_b512 $F8 2048 512 DS4_CUDA_CHUNK=0
   bench chunk8_8k_b2048 $F8 8192 2048
+fi
+if stage ncu8; then
+  for t in 1 0; do
+    DS4_CUDA_ATTN_TILED=$t timeout 200 ncu --clock-control none --kernel-name "regex:k_attn" \
+      --launch-count ${NCU_COUNT:-12} --section SpeedOfLight --section LaunchStats "$B/ds4-bench" -m $F8 --backend cuda \
+      --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 --batch 2048 > "$OUT/ncu8_tiled$t.txt" 2>&1
+    echo "== ncu tiled=$t rc=$?"
+    grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu8_tiled$t.txt" \
+      | sed -e 's/(ds4::cuda[^)]*)//' | cut -c1-110 | head -60
+  done
 fi
 if stage profile8; then
   DS4_CUDA_PROFILE=1 timeout 300 "$B/ds4-bench" -m $F8 --backend cuda --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 \

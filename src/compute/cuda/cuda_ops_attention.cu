@@ -5,7 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
+#include "compute/cuda/attention_tiled.h"
+#include "compute/cuda/attn_rows.cuh"
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_launch.h"
@@ -51,49 +54,24 @@ __device__ __forceinline__ float warp_dot_cpu(const float* w, const float* x, in
 // Three kernels: scores (a warp per (head, row)), the softmax sums (a block per head), and the
 // weighted rows (a thread per (head, dim), rows in order).
 
-// The visited rows of one query, from its position (read on the device in a recorded step).
-// Query z = blockIdx.z of a chunk sits at kv.pos + z (a decode step launches one, z = 0).
-struct AttnSpan {
-  int64_t first_pos, n_win, n_comp, total;
-  const int32_t* idx;
-};
-__device__ inline AttnSpan attn_span(const AttnRows& kv) {
-  const int64_t z = blockIdx.z;
-  const int64_t pos = kv.pos.get() + z;
-  const int64_t first = pos - kv.window + 1 > 0 ? pos - kv.window + 1 : 0;
-  const int64_t n_comp = kv.n_comp.ratio > 0 ? (kv.n_comp.pos.get() + z + 1) / kv.n_comp.ratio : kv.n_comp.n;
-  const int32_t* idx = kv.idx;
-  if (idx && kv.idx_per_query) idx = n_comp > kv.n_idx ? idx + z * kv.n_idx : nullptr;
-  const int64_t n_sel = idx ? kv.n_idx : n_comp;
-  return {first, pos - first + 1, n_comp, pos - first + 1 + (kv.comp ? n_sel : 0), idx};
-}
-
-__device__ inline const float* attn_row(const AttnRows& kv, const AttnSpan& sp, int64_t r, int64_t head_dim,
-                                        int* err) {
-  if (r < sp.n_win) {
-    const int64_t pp = sp.first_pos + r;
-    if (kv.fresh && pp >= kv.fresh_pos0) return kv.fresh + (pp - kv.fresh_pos0) * head_dim;
-    return kv.ring + (pp % kv.window) * head_dim;
-  }
-  int64_t c = r - sp.n_win;
-  if (sp.idx) {
-    const int32_t v = sp.idx[c];
-    if (v < 0 || v >= sp.n_comp) {
-      if (atomicCAS(err, 0, kErrAttnIndex) == 0) err[1] = v;
-      return nullptr;
-    }
-    c = v;
-  }
-  return kv.comp + c * head_dim;
-}
-
 constexpr int kAttnHeads = 8;  // heads per block (one warp each) in the scores kernel
-constexpr int kAttnRows = 1;   // rows per block in the scores kernel (one latency each)
+constexpr int kAttnRows = 1;   // rows per block in the scores kernel of one query (one latency each)
+// A chunk's queries fill the GPU by themselves: blocks of one row each would be millions of
+// tiny blocks (block scheduling, not arithmetic, then bounds the kernel), so each takes more.
+// DS4_CUDA_ATTN_ROWS=N (1..256) overrides it, to measure the choice.
+int attn_rows_chunk() {
+  static const int n = [] {
+    const char* v = std::getenv("DS4_CUDA_ATTN_ROWS");
+    const int r = v ? std::atoi(v) : 16;
+    return r < 1 ? 1 : r > 256 ? 256 : r;
+  }();
+  return n;
+}
 
 // S[h][r] = dot(q_h, row r) * scale (NaN for a bad index: its row is skipped as the error).
 // S has rows of kv.max_rows (the stride); only the first span.total of each are written.
 __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, float scale, float* S,
-                              int* err) {
+                              int* err, int rows_per_block) {
   pdl_begin();
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
   if (h >= n_heads) return;  // whole warp
@@ -101,8 +79,8 @@ __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim,
   const int64_t z = blockIdx.z;
   const float* qh = q + (z * n_heads + h) * head_dim;
   S += z * n_heads * kv.max_rows;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kAttnRows;
-  for (int64_t r = r0; r < r0 + kAttnRows && r < sp.total; ++r) {
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  for (int64_t r = r0; r < r0 + rows_per_block && r < sp.total; ++r) {
     const float* row = attn_row(kv, sp, r, head_dim, err);
     const float v = row ? __fmul_rn(warp_dot_cpu(qh, row, head_dim), scale) : __int_as_float(0x7fc00000);
     if ((threadIdx.x & 31) == 0) S[h * kv.max_rows + r] = v;
@@ -452,13 +430,21 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
     kg.pos.off += g0;
     kg.n_comp.pos.off += g0;
     if (kg.idx && kg.idx_per_query) kg.idx += g0 * kg.n_idx;
-    launch(k_attn_scores, dim3(grid_for(rows, kAttnRows), hb, nz), 32 * kAttnHeads, 0, s, q + g0 * qn, n_heads,
-           head_dim, kg, scale, S, err);
+    const bool tiled = attn_tiled_applies(head_dim, n_queries);
+    const int rpb = n_queries > 1 ? attn_rows_chunk() : kAttnRows;
+    if (tiled)
+      attn_scores_tiled(q + g0 * qn, n_heads, head_dim, kg, scale, S, err, nz, s);
+    else
+      launch(k_attn_scores, dim3(grid_for(rows, rpb), hb, nz), 32 * kAttnHeads, 0, s, q + g0 * qn, n_heads, head_dim,
+             kg, scale, S, err, rpb);
     check_launch("attention scores");
     launch(k_attn_softmax, dim3(static_cast<unsigned>(n_heads), 1, nz), 256, 0, s, S, kg, sinks, inv);
     check_launch("attention softmax");
-    launch(k_attn_out, dim3(grid_for(head_dim, 32), hb, nz), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kg,
-           out + g0 * qn, err);
+    if (tiled)
+      attn_out_tiled(S, inv, n_heads, head_dim, kg, out + g0 * qn, err, nz, s);
+    else
+      launch(k_attn_out, dim3(grid_for(head_dim, 32), hb, nz), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kg,
+             out + g0 * qn, err);
     check_launch("attention output");
   }
   block_cache().put(buf);

@@ -17,6 +17,7 @@
 #include "compute/cuda/block_cache.h"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_quant_act.cuh"
+#include "compute/cuda/gemm_float.h"
 #include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemv.h"
 #include "compute/cuda/gemv_exact.cuh"
@@ -637,6 +638,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
       default: break;
     }
   }
+  if (fgemm_applies(w, rows, group_rows)) return fgemm(w, x, x_stride, rows, y, y_stride, stream);  // gemm_float.h
   switch (w.type) {
     case GgmlType::F32: launch_xmatmul<FmtF32>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;
     case GgmlType::F16: launch_xmatmul<FmtF16>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;

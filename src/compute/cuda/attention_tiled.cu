@@ -1,0 +1,184 @@
+// Register-tiled attention kernels for a chunk of queries (attention_tiled.h), in the CPU's order.
+// Explicit intrinsics throughout: the sums must not be contracted.
+#include "compute/cuda/attention_tiled.h"
+
+#include <cstdint>
+
+#include "compute/cuda/attn_rows.cuh"
+#include "compute/cuda/cuda_launch.h"
+#include "compute/cuda/cuda_util.cuh"
+
+namespace ds4::cuda {
+
+namespace {
+
+// ---- scores -------------------------------------------------------------------------------------
+// Warp = 4 heads x 8 rows (32 dots). Lane L owns chain L of each dot (elements e with e % 32 ==
+// L, in element order: the CPU's AVX2 float dot) and holds its heads' q elements in registers, so
+// each row element it loads serves 4 FMAs. The 32 dots' chains are then folded by a reduce-
+// scatter over the lanes: at offset o each lane keeps half of its dots and adds its partner's
+// (lane ^ o) chains of them. Offsets 8, 16, 4, 2, 1 in that order give exactly the CPU's tree,
+// (c_l + c_{l+8}) + (c_{l+16} + c_{l+24}) and then ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)), since
+// each step adds the same two partial sums as the CPU (a + b == b + a bit for bit). 31 shuffles
+// fold 32 dots, where one dot at a time takes 12.
+constexpr int kSHeads = 4, kSRows = 8, kSWarps = 8, kSTile = 128;  // kSTile: rows per block
+static_assert(kSHeads * kSRows == 32, "one dot per lane after the fold");
+
+template <int N, int O>
+__device__ __forceinline__ void fold_step(float* v, int lane) {
+  const bool upper = (lane & O) != 0;
+#pragma unroll
+  for (int j = 0; j < N / 2; ++j) {
+    const float send = upper ? v[j] : v[j + N / 2];
+    const float keep = upper ? v[j + N / 2] : v[j];
+    v[j] = __fadd_rn(keep, __shfl_xor_sync(kFull, send, O));
+  }
+}
+
+// The dot lane L holds after the fold: the halves it kept, first step's choice most significant.
+__device__ __forceinline__ int folded_dot(int lane) {
+  return ((lane >> 3) & 1) * 16 + ((lane >> 4) & 1) * 8 + ((lane >> 2) & 1) * 4 + ((lane >> 1) & 1) * 2 + (lane & 1);
+}
+
+template <int STEPS>  // head_dim / 32
+__global__ void __launch_bounds__(32 * kSWarps, 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
+                                                                       float scale, float* S, int* err) {
+  pdl_begin();
+  constexpr int64_t D = STEPS * 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h0 = (static_cast<int64_t>(blockIdx.y) * kSWarps + warp) * kSHeads;
+  if (h0 >= n_heads) return;  // whole warp
+  const AttnSpan sp = attn_span(kv);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kSTile;
+  if (t0 >= sp.total) return;
+  const int64_t t1 = t0 + kSTile < sp.total ? t0 + kSTile : sp.total;
+  const int64_t z = blockIdx.z;
+  const float* qz = q + (z * n_heads + h0) * D;
+  float qr[kSHeads][STEPS];
+#pragma unroll
+  for (int h = 0; h < kSHeads; ++h)
+#pragma unroll
+    for (int t = 0; t < STEPS; ++t) qr[h][t] = h0 + h < n_heads ? __ldg(qz + h * D + 32 * t + lane) : 0.0f;
+  S += (z * n_heads + h0) * kv.max_rows;
+  const int mine = folded_dot(lane), mh = mine / kSRows, mj = mine % kSRows;
+  for (int64_t r0 = t0; r0 < t1; r0 += kSRows) {
+    // Lanes 0..7 find rows r0..r0+7 (null past the tile, or for a bad index: that score is NaN).
+    const float* own = nullptr;
+    if (lane < kSRows && r0 + lane < t1) own = attn_row(kv, sp, r0 + lane, D, err);
+    const float* rp[kSRows];
+#pragma unroll
+    for (int j = 0; j < kSRows; ++j)
+      rp[j] = reinterpret_cast<const float*>(
+          __shfl_sync(kFull, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(own)), j));
+    float acc[kSHeads * kSRows];
+#pragma unroll
+    for (int i = 0; i < kSHeads * kSRows; ++i) acc[i] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < STEPS; ++t) {
+      float rv[kSRows];
+#pragma unroll
+      for (int j = 0; j < kSRows; ++j) rv[j] = rp[j] ? __ldg(rp[j] + 32 * t + lane) : 0.0f;
+#pragma unroll
+      for (int h = 0; h < kSHeads; ++h)
+#pragma unroll
+        for (int j = 0; j < kSRows; ++j) acc[h * kSRows + j] = fmaf(qr[h][t], rv[j], acc[h * kSRows + j]);
+    }
+    fold_step<32, 8>(acc, lane);
+    fold_step<16, 16>(acc, lane);
+    fold_step<8, 4>(acc, lane);
+    fold_step<4, 2>(acc, lane);
+    fold_step<2, 1>(acc, lane);
+    const bool row_ok = __shfl_sync(kFull, own != nullptr ? 1 : 0, mj) != 0;
+    const int64_t r = r0 + mj;
+    if (r < t1 && h0 + mh < n_heads)
+      S[mh * kv.max_rows + r] = row_ok ? __fmul_rn(acc[0], scale) : __int_as_float(0x7fc00000);
+  }
+}
+
+// ---- weighted rows --------------------------------------------------------------------------------
+// Thread = one dim of 16 heads: each row element it loads serves 16 products; the weights of a
+// stage of rows sit in shared memory as [row][head] (a row's 16 weights: four broadcast float4
+// loads). o = (0 + e_0 v_0 + e_1 v_1 + ...) * inv in row order, product then sum as the CPU.
+constexpr int kOHeads = 16, kOThreads = 128, kOStage = 256, kOPitch = kOHeads + 4, kOAhead = 8;
+
+__global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, const float* inv, int64_t n_heads,
+                                                              int64_t head_dim, AttnRows kv, float* out, int* err) {
+  pdl_begin();
+  __shared__ const float* rows_sh[kOStage];
+  __shared__ __align__(16) float e_sh[kOStage * kOPitch];
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kOHeads;
+  const int64_t d = static_cast<int64_t>(blockIdx.x) * kOThreads + threadIdx.x;
+  const int64_t dd = d < head_dim ? d : 0;
+  const AttnSpan sp = attn_span(kv);
+  const int64_t total = sp.total, z = blockIdx.z;
+  E += (z * n_heads + h0) * kv.max_rows;
+  const int nh = static_cast<int>(n_heads - h0 < kOHeads ? n_heads - h0 : kOHeads);
+  float acc[kOHeads];
+#pragma unroll
+  for (int k = 0; k < kOHeads; ++k) acc[k] = 0.0f;
+  for (int64_t r0 = 0; r0 < total; r0 += kOStage) {
+    const int n = static_cast<int>(total - r0 < kOStage ? total - r0 : kOStage);
+    __syncthreads();  // the previous stage is consumed
+    for (int i = threadIdx.x; i < n; i += kOThreads) rows_sh[i] = attn_row(kv, sp, r0 + i, head_dim, err);
+    for (int i = threadIdx.x; i < kOHeads * n; i += kOThreads) {
+      const int k = i / n, j = i - k * n;
+      e_sh[j * kOPitch + k] = k < nh ? E[k * kv.max_rows + r0 + j] : 0.0f;
+    }
+    __syncthreads();
+    for (int j0 = 0; j0 < n; j0 += kOAhead) {
+      float v[kOAhead];
+#pragma unroll
+      for (int u = 0; u < kOAhead; ++u) {
+        const float* row = j0 + u < n ? rows_sh[j0 + u] : nullptr;
+        v[u] = row ? __ldg(row + dd) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kOAhead; ++u) {
+        if (j0 + u < n) {  // rows past the stage hold stale weights
+          const float4* e4 = reinterpret_cast<const float4*>(e_sh + (j0 + u) * kOPitch);
+#pragma unroll
+          for (int c = 0; c < kOHeads / 4; ++c) {
+            const float4 e = e4[c];
+            acc[4 * c + 0] = __fadd_rn(acc[4 * c + 0], __fmul_rn(e.x, v[u]));
+            acc[4 * c + 1] = __fadd_rn(acc[4 * c + 1], __fmul_rn(e.y, v[u]));
+            acc[4 * c + 2] = __fadd_rn(acc[4 * c + 2], __fmul_rn(e.z, v[u]));
+            acc[4 * c + 3] = __fadd_rn(acc[4 * c + 3], __fmul_rn(e.w, v[u]));
+          }
+        }
+      }
+    }
+  }
+  if (d >= head_dim) return;
+#pragma unroll
+  for (int k = 0; k < kOHeads; ++k)
+    if (k < nh) out[(z * n_heads + h0 + k) * head_dim + d] = __fmul_rn(acc[k], inv[z * n_heads + h0 + k]);
+}
+
+unsigned blocks(int64_t n, int64_t per) { return static_cast<unsigned>((n + per - 1) / per); }
+
+}  // namespace
+
+bool attn_tiled_applies(int64_t head_dim, int64_t n_queries) {
+  static const bool on = env_switch("DS4_CUDA_ATTN_TILED", true);
+  const bool steps_ok = head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512;
+  return on && n_queries > 1 && steps_ok;
+}
+
+void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
+                       int* err, unsigned n_queries, cudaStream_t s) {
+  const dim3 grid(blocks(kv.max_rows, kSTile), blocks(n_heads, kSHeads * kSWarps), n_queries);
+  switch (head_dim) {
+    case 64: launch(k_attn_scores_tiled<2>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
+    case 128: launch(k_attn_scores_tiled<4>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
+    case 256: launch(k_attn_scores_tiled<8>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
+    default: launch(k_attn_scores_tiled<16>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
+  }
+}
+
+void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
+                    float* out, int* err, unsigned n_queries, cudaStream_t s) {
+  const dim3 grid(blocks(head_dim, kOThreads), blocks(n_heads, kOHeads), n_queries);
+  launch(k_attn_out_tiled, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
+}
+
+}  // namespace ds4::cuda

@@ -1,0 +1,24 @@
+#pragma once
+// Register-tiled kernels for the scores and the weighted rows of a chunk of attention queries
+// (cuda::attention with n_queries > 1), in the CPU's order bit for bit like the one-query
+// kernels of cuda_ops_attention.cu, which they replace there: those give a warp per dot or a
+// thread per output and reload q or the row for every product, which bounds a prefill chunk by
+// loads rather than arithmetic. DS4_CUDA_ATTN_TILED=0 keeps the one-query kernels.
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "compute/cuda/cuda_ops.h"
+
+namespace ds4::cuda {
+
+// Head dims of 64, 128, 256 or 512 (q held in registers), chunks of more than one query.
+bool attn_tiled_applies(int64_t head_dim, int64_t n_queries);
+// S[z][h][r] = dot(q_z,h, row r) * scale for the visited rows of query z (NaN for a bad index).
+void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
+                       int* err, unsigned n_queries, cudaStream_t s);
+// out[z][h] = (sum over rows in order of E[z][h][r] * row r) * inv[z][h].
+void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
+                    float* out, int* err, unsigned n_queries, cudaStream_t s);
+
+}  // namespace ds4::cuda

@@ -1,0 +1,25 @@
+#pragma once
+// Float-weight (F32 / F16 / BF16) products for many activation rows (gemm_float.cu; internal to
+// the CUDA backend): the prefill's compressor and indexer projections and hyper-connection
+// mixes. Register-tiled: a warp holds the FMA chains of 16 activation rows x WR weight rows,
+// so a weight element loaded once serves 16 rows and a staged activation element WR rows
+// (gemv.cu's staged kernel loads one activation element per FMA). The values are the CPU's
+// (dot_avx2_float.cpp: 32 chains in element order, folded as warp_fold_chains does) bit for
+// bit, for rows whose length is a multiple of 32 (no tail steps). DS4_CUDA_FGEMM=0 turns it off.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "compute/cuda/gemv.h"
+
+namespace ds4::cuda::gemv_detail {
+
+constexpr int64_t kFgemmMinRows = 32;
+
+// F32/F16/BF16 weights, rows >= kFgemmMinRows, n_in % 32 == 0, one group; and not switched off.
+bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
+// y[r*y_stride + o] = the CPU's f32 dot of weight row o with x row r (x + r*x_stride).
+void fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
+           cudaStream_t stream);
+
+}  // namespace ds4::cuda::gemv_detail
