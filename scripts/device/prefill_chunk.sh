@@ -8,7 +8,9 @@
 # bench8:   8-layer synthetic Flash q2, 2K prompt, batch 2048: defaults, then one switch off each
 #           (DS4_CUDA_FGEMM=0: float products on the warp kernels; DS4_CUDA_ATTN_TILED=0: the
 #           one-query attention kernels, with 16 and 1 (DS4_CUDA_ATTN_ROWS=1) rows per scores
-#           block), the token loop at batch 512 (DS4_CUDA_CHUNK=0), and 8K at the defaults
+#           block: with BENCH8_ALL=1), the token loop at batch 512 (DS4_CUDA_CHUNK=0), and 8K
+# ncuk:     Nsight Compute sections (speed of light, occupancy, warp stalls, memory) of the first
+#           NCU_COUNT launches of the kernels matching KREGEX in that prefill
 # ncu8:     Nsight Compute durations of the first NCU_COUNT (default 12) attention kernels of that
 #           prefill, tiled and not (which of scores / softmax / weighted rows bounds it)
 # profile8: per-op GPU time of that prefill (DS4_CUDA_PROFILE=1): GEMMs vs attention vs the rest
@@ -60,15 +62,17 @@ if stage parity; then
   summary+=("  worst vs transformers: $(grep 'vs transformers' "$OUT/parity.log" | sed 's/.*max|dlogit| \([^ ]*\).*/\1/' | sort -g | tail -1); CUDA vs CPU lines not 0: $(grep 'CUDA vs CPU' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
 fi
 
-if stage bench8 || stage profile8 || stage ncu8; then
+if stage bench8 || stage profile8 || stage ncu8 || stage ncuk; then
   F8=/dev/shm/flash8.gguf
   [ -f $F8 ] || "$B/ds4-gguf" synth --preset flash-q2 --layers 8 --out $F8 > "$OUT/synth8.log" 2>&1
 fi
 if stage bench8; then
   bench chunk8_b2048 $F8 2048 2048
   bench fgemm0_8_b2048 $F8 2048 2048 DS4_CUDA_FGEMM=0
-  bench tiled0_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0
-  bench tiled0_rows1_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0 DS4_CUDA_ATTN_ROWS=1
+  if [ -n "${BENCH8_ALL:-}" ]; then
+    bench tiled0_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0
+    bench tiled0_rows1_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0 DS4_CUDA_ATTN_ROWS=1
+  fi
   bench loop8_b512 $F8 2048 512 DS4_CUDA_CHUNK=0
   bench chunk8_8k_b2048 $F8 8192 2048
 fi
@@ -81,6 +85,15 @@ if stage ncu8; then
     grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Compute \(SM\) Throughput|Memory Throughput" "$OUT/ncu8_tiled$t.txt" \
       | sed -e 's/(ds4::cuda[^)]*)//' | cut -c1-110 | head -60
   done
+fi
+if stage ncuk; then  # KREGEX: kernels to profile in that prefill (Nsight Compute, first NCU_COUNT launches)
+  timeout 300 ncu --clock-control none --kernel-name "regex:${KREGEX:-k_fgemm|k_mma_q8_0|k_moe_mma}" \
+    --launch-count ${NCU_COUNT:-12} --section SpeedOfLight --section LaunchStats --section Occupancy \
+    --section WarpStateStats --section MemoryWorkloadAnalysis "$B/ds4-bench" -m $F8 --backend cuda \
+    --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 --batch 2048 > "$OUT/ncuk.txt" 2>&1
+  echo "== ncu kernels rc=$?"
+  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Warp Cycles Per Issued|Stall [A-Z]|L1/TEX Hit|L2 Hit|Block Limit Reg|Block Limit Shared|One or More Eligible" \
+    "$OUT/ncuk.txt" | sed -e 's/(ds4::cuda[^)]*)//' | cut -c1-120 | head -${NCU_LINES:-200}
 fi
 if stage profile8; then
   DS4_CUDA_PROFILE=1 timeout 300 "$B/ds4-bench" -m $F8 --backend cuda --ctx-start 2048 --ctx-max 2048 --gen-tokens 1 \

@@ -72,6 +72,21 @@ __global__ void k_rms_norm(const float* x, const float* w, int64_t n, float eps,
   rms_store(xr, w, n, block_inv_rms(xr, n, eps), y + blockIdx.x * n, q);
 }
 
+// Many short rows (the per-head q norm: 64 rows of 512 per token): a warp per row, 8 per block.
+// One 1024-thread block per row there leaves most threads idle and pays two barriers per row.
+// The sum of squares is in double: a partition other than the CPU's (a sequential sum) moves
+// the float result only when the double sum lies within ~1e-13 of a float rounding boundary,
+// as with the block kernel's partition.
+__global__ void k_rms_norm_warps(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y) {
+  pdl_begin();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  if (r >= rows) return;  // whole warp
+  const int lane = threadIdx.x & 31;
+  const float* xr = x + r * n;
+  const float inv = inv_rms_of(warp_sum(sumsq_strided(xr, n, lane, 32)), n, eps);
+  rms_store_strided(xr, w, n, inv, y + r * n, lane, 32);
+}
+
 // ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
 
 __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int n_pairs,
@@ -437,7 +452,11 @@ void add(float* y, const float* x, int64_t n, cudaStream_t s) {
 
 void rms_norm(const float* x, const float* w, int64_t n, int64_t rows, float eps, float* y, cudaStream_t s, Q8Out q) {
   if (rows <= 0 || n <= 0) return;
-  launch(k_rms_norm, grid_for(rows, 1), 1024, 0, s, x, w, n, eps, y, q);
+  if (rows > 1 && n <= 4096 && !q.qs) {
+    launch(k_rms_norm_warps, grid_for(rows, 8), 256, 0, s, x, w, n, rows, eps, y);
+  } else {
+    launch(k_rms_norm, grid_for(rows, 1), 1024, 0, s, x, w, n, eps, y, q);
+  }
   check_launch("rms_norm");
 }
 

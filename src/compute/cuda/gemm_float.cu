@@ -12,48 +12,91 @@ namespace ds4::cuda::gemv_detail {
 
 namespace {
 
-constexpr int kActRows = 16;                  // activation rows per warp (its chains: kActRows x WR)
-constexpr int kWeightGroups = 4;              // warps along the weight rows of a block
-constexpr int kActGroups = 2;                 // warps along the activation rows
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 4 bytes global -> shared without registers; `in` false: zeros (nothing is read).
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool in) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+constexpr int kActRows = 16;                      // activation rows per warp (its chains: kActRows x WR)
+constexpr int kWeightGroups = 4;                  // warps along the weight rows of a block
+constexpr int kActGroups = 2;                     // warps along the activation rows
 constexpr int kTileRows = kActRows * kActGroups;  // activation rows per block
-constexpr int kSeg = 256;                     // elements of each activation row staged at a time
-static_assert(kWeightGroups * kActGroups * 32 == 256, "8 warps");
+constexpr int kSeg = 128;                         // elements of each row staged at a time
+constexpr int kThreads = 256;
+static_assert(kWeightGroups * kActGroups * 32 == kThreads, "8 warps");
 
 // Block (weight tile, activation tile): warp (g, h) computes weight rows o0 + g*WR .. +WR-1
-// against activation rows r0 + h*16 .. +15. Lane L owns chain L of each of those dots: the
+// against activation rows r_tile + h*16 .. +15. Lane L owns chain L of each of those dots: the
 // elements e with e % 32 == L, in element order (fmaf(w, x, chain) as the CPU's AVX2 kernel).
+// Both operands go through shared memory (weights converted to f32 there), two segments deep:
+// the next segment's global loads are in flight in registers while the current one is computed,
+// so the FMAs wait on shared memory only.
 template <class F, int WR>
-__global__ void __launch_bounds__(256, 2) k_fgemm(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
-                                                  const float* x, int64_t x_stride, int64_t rows, float* y,
-                                                  int64_t y_stride) {
+__global__ void __launch_bounds__(kThreads, WR >= 4 ? 1 : 2) k_fgemm(const uint8_t* w, size_t row_stride, int64_t n_in,
+                                                       int64_t n_out, const float* x, int64_t x_stride,
+                                                       int64_t rows, float* y, int64_t y_stride) {
   pdl_begin();
-  __shared__ float xs[kTileRows][kSeg];
+  constexpr int kTileW = kWeightGroups * WR;
+  constexpr int kXPer = kTileRows * kSeg / kThreads, kWPer = kTileW * kSeg / kThreads;
+  __shared__ float xs[2][kTileRows * kSeg];
+  __shared__ float ws[2][kTileW * kSeg];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = warp % kWeightGroups, h = warp / kWeightGroups;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * (kWeightGroups * WR) + g * WR;
+  const int64_t ob = static_cast<int64_t>(blockIdx.x) * kTileW;
   const int64_t r_tile = static_cast<int64_t>(blockIdx.y) * kTileRows;
-  const uint8_t* wr[WR];
+  const int64_t n_seg = (n_in + kSeg - 1) / kSeg;
+  float wr[kWPer];
+  // Thread t stages items t, t + 256, ...: item i is (row i / kSeg, element i % kSeg). The
+  // activations go straight to shared memory (cp.async, zero-filled past the ends), the weights
+  // through registers (converted to f32 on the way).
+  auto load = [&](int64_t e0, int b) {
 #pragma unroll
-  for (int k = 0; k < WR; ++k) wr[k] = w + (o0 + k < n_out ? o0 + k : n_out - 1) * row_stride;
+    for (int u = 0; u < kXPer; ++u) {
+      const int i = static_cast<int>(threadIdx.x) + kThreads * u, r = i / kSeg, j = i % kSeg;
+      const int64_t rr = r_tile + r;
+      const bool in = rr < rows && e0 + j < n_in;
+      cp_async4(smem_addr(&xs[b][i]), in ? x + rr * x_stride + e0 + j : x, in);
+    }
+    cp_async_commit();
+#pragma unroll
+    for (int u = 0; u < kWPer; ++u) {
+      const int i = static_cast<int>(threadIdx.x) + kThreads * u, r = i / kSeg, j = i % kSeg;
+      const int64_t o = ob + r < n_out ? ob + r : n_out - 1;  // past the end: computed, not stored
+      wr[u] = e0 + j < n_in ? F::elem(w + static_cast<size_t>(o) * row_stride, e0 + j) : 0.0f;
+    }
+  };
+  auto store = [&](int b) {
+#pragma unroll
+    for (int u = 0; u < kWPer; ++u) ws[b][threadIdx.x + kThreads * u] = wr[u];
+    cp_async_wait_all();
+  };
   float a[WR][kActRows];
 #pragma unroll
   for (int k = 0; k < WR; ++k)
 #pragma unroll
     for (int r = 0; r < kActRows; ++r) a[k][r] = 0.0f;
-  for (int64_t e0 = 0; e0 < n_in; e0 += kSeg) {
-    const int ne = static_cast<int>(n_in - e0 < kSeg ? n_in - e0 : kSeg);  // a multiple of 32
-    __syncthreads();  // the previous segment is consumed
-    for (int i = threadIdx.x; i < kTileRows * kSeg; i += blockDim.x) {
-      const int r = i / kSeg, j = i % kSeg;
-      const int64_t rr = r_tile + r;
-      xs[r][j] = (rr < rows && j < ne) ? __ldg(x + rr * x_stride + e0 + j) : 0.0f;
-    }
-    __syncthreads();
-    const float* xh = &xs[h * kActRows][0];
-    for (int i = lane; i < ne; i += 32) {
+  load(0, 0);
+  store(0);
+  __syncthreads();
+  for (int64_t sgi = 0; sgi < n_seg; ++sgi) {
+    const int b = static_cast<int>(sgi & 1);
+    const int64_t e0 = sgi * kSeg;
+    if (sgi + 1 < n_seg) load(e0 + kSeg, b ^ 1);  // b ^ 1: last read before the previous barrier
+    const int steps = static_cast<int>(n_in - e0 < kSeg ? n_in - e0 : kSeg) / 32;  // n_in % 32 == 0
+    const float* xh = &xs[b][h * kActRows * kSeg];
+    const float* wh = &ws[b][g * WR * kSeg];
+#pragma unroll
+    for (int st = 0; st < kSeg / 32; ++st) {
+      if (st >= steps) break;
+      const int i = st * 32 + lane;
       float wv[WR];
 #pragma unroll
-      for (int k = 0; k < WR; ++k) wv[k] = F::elem(wr[k], e0 + i);
+      for (int k = 0; k < WR; ++k) wv[k] = wh[k * kSeg + i];
 #pragma unroll
       for (int r = 0; r < kActRows; ++r) {
         const float xv = xh[r * kSeg + i];
@@ -61,7 +104,10 @@ __global__ void __launch_bounds__(256, 2) k_fgemm(const uint8_t* w, size_t row_s
         for (int k = 0; k < WR; ++k) a[k][r] = fmaf(wv[k], xv, a[k][r]);
       }
     }
+    if (sgi + 1 < n_seg) store(b ^ 1);
+    __syncthreads();
   }
+  const int64_t o0 = ob + g * WR;
 #pragma unroll
   for (int k = 0; k < WR; ++k)
 #pragma unroll
