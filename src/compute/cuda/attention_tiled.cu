@@ -40,18 +40,38 @@ __device__ __forceinline__ int folded_dot(int lane) {
   return ((lane >> 3) & 1) * 16 + ((lane >> 4) & 1) * 8 + ((lane >> 2) & 1) * 4 + ((lane >> 1) & 1) * 2 + (lane & 1);
 }
 
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// The 8 warps of a block (32 heads of one query) read the same rows: each group of 8 rows is
+// staged once in shared memory (cp.async, two groups deep) instead of loaded by every warp.
 template <int STEPS>  // head_dim / 32
 __global__ void __launch_bounds__(32 * kSWarps, 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
                                                                        float scale, float* S, int* err) {
   pdl_begin();
-  constexpr int64_t D = STEPS * 32;
+  constexpr int D = STEPS * 32;
+  constexpr int kGroupFloats = kSRows * D;
+  __shared__ __align__(16) float rows_s[2][kGroupFloats];
+  __shared__ const float* rows_p[kSTile];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h0 = (static_cast<int64_t>(blockIdx.y) * kSWarps + warp) * kSHeads;
-  if (h0 >= n_heads) return;  // whole warp
+  const bool live = h0 < n_heads;  // idle warps still stage rows and meet the barriers
   const AttnSpan sp = attn_span(kv);
   const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kSTile;
-  if (t0 >= sp.total) return;
+  if (t0 >= sp.total) return;  // the whole block
   const int64_t t1 = t0 + kSTile < sp.total ? t0 + kSTile : sp.total;
+  const int n_rows = static_cast<int>(t1 - t0), n_groups = (n_rows + kSRows - 1) / kSRows;
+  for (int i = threadIdx.x; i < n_rows; i += blockDim.x) rows_p[i] = attn_row(kv, sp, t0 + i, D, err);
   const int64_t z = blockIdx.z;
   const float* qz = q + (z * n_heads + h0) * D;
   float qr[kSHeads][STEPS];
@@ -61,37 +81,60 @@ __global__ void __launch_bounds__(32 * kSWarps, 2) k_attn_scores_tiled(const flo
     for (int t = 0; t < STEPS; ++t) qr[h][t] = h0 + h < n_heads ? __ldg(qz + h * D + 32 * t + lane) : 0.0f;
   S += (z * n_heads + h0) * kv.max_rows;
   const int mine = folded_dot(lane), mh = mine / kSRows, mj = mine % kSRows;
-  for (int64_t r0 = t0; r0 < t1; r0 += kSRows) {
-    // Lanes 0..7 find rows r0..r0+7 (null past the tile, or for a bad index: that score is NaN).
-    const float* own = nullptr;
-    if (lane < kSRows && r0 + lane < t1) own = attn_row(kv, sp, r0 + lane, D, err);
-    const float* rp[kSRows];
+  __syncthreads();  // rows_p
+  // Group g's rows into buffer b: missing rows (past the tile, bad index) as zeros.
+  auto stage = [&](int g, int b) {
+    float* dst = rows_s[b];
+    for (int c = threadIdx.x; c < kGroupFloats / 4; c += blockDim.x) {
+      const int j = c / (D / 4), e = (c % (D / 4)) * 4, r = g * kSRows + j;
+      const float* src = r < n_rows ? rows_p[r] : nullptr;
+      float* d = dst + j * D + e;
+      if (!src) {
+        d[0] = d[1] = d[2] = d[3] = 0.0f;
+      } else if ((reinterpret_cast<uintptr_t>(src + e) & 15) == 0) {
+        cp_async16(smem_addr(d), src + e);
+      } else {
 #pragma unroll
-    for (int j = 0; j < kSRows; ++j)
-      rp[j] = reinterpret_cast<const float*>(
-          __shfl_sync(kFull, static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(own)), j));
-    float acc[kSHeads * kSRows];
-#pragma unroll
-    for (int i = 0; i < kSHeads * kSRows; ++i) acc[i] = 0.0f;
-#pragma unroll
-    for (int t = 0; t < STEPS; ++t) {
-      float rv[kSRows];
-#pragma unroll
-      for (int j = 0; j < kSRows; ++j) rv[j] = rp[j] ? __ldg(rp[j] + 32 * t + lane) : 0.0f;
-#pragma unroll
-      for (int h = 0; h < kSHeads; ++h)
-#pragma unroll
-        for (int j = 0; j < kSRows; ++j) acc[h * kSRows + j] = fmaf(qr[h][t], rv[j], acc[h * kSRows + j]);
+        for (int u = 0; u < 4; ++u) cp_async4(smem_addr(d + u), src + e + u);
+      }
     }
-    fold_step<32, 8>(acc, lane);
-    fold_step<16, 16>(acc, lane);
-    fold_step<8, 4>(acc, lane);
-    fold_step<4, 2>(acc, lane);
-    fold_step<2, 1>(acc, lane);
-    const bool row_ok = __shfl_sync(kFull, own != nullptr ? 1 : 0, mj) != 0;
-    const int64_t r = r0 + mj;
-    if (r < t1 && h0 + mh < n_heads)
-      S[mh * kv.max_rows + r] = row_ok ? __fmul_rn(acc[0], scale) : __int_as_float(0x7fc00000);
+    cp_async_commit();
+  };
+  stage(0, 0);
+  for (int g = 0; g < n_groups; ++g) {
+    const int b = g & 1;
+    if (g + 1 < n_groups) {
+      stage(g + 1, b ^ 1);  // b ^ 1 was last read before the previous iteration's final barrier
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (live) {
+      const float* rs = rows_s[b];
+      float acc[kSHeads * kSRows];
+#pragma unroll
+      for (int i = 0; i < kSHeads * kSRows; ++i) acc[i] = 0.0f;
+#pragma unroll
+      for (int t = 0; t < STEPS; ++t) {
+        float rv[kSRows];
+#pragma unroll
+        for (int j = 0; j < kSRows; ++j) rv[j] = rs[j * D + 32 * t + lane];
+#pragma unroll
+        for (int h = 0; h < kSHeads; ++h)
+#pragma unroll
+          for (int j = 0; j < kSRows; ++j) acc[h * kSRows + j] = fmaf(qr[h][t], rv[j], acc[h * kSRows + j]);
+      }
+      fold_step<32, 8>(acc, lane);
+      fold_step<16, 16>(acc, lane);
+      fold_step<8, 4>(acc, lane);
+      fold_step<4, 2>(acc, lane);
+      fold_step<2, 1>(acc, lane);
+      const int r = g * kSRows + mj;
+      if (r < n_rows && h0 + mh < n_heads)
+        S[mh * kv.max_rows + t0 + r] = rows_p[r] ? __fmul_rn(acc[0], scale) : __int_as_float(0x7fc00000);
+    }
+    __syncthreads();  // buffer b is consumed
   }
 }
 
