@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "compute/cuda/attn_rows.cuh"
+#include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_util.cuh"
 
@@ -39,19 +40,6 @@ __device__ __forceinline__ void fold_step(float* v, int lane) {
 __device__ __forceinline__ int folded_dot(int lane) {
   return ((lane >> 3) & 1) * 16 + ((lane >> 4) & 1) * 8 + ((lane >> 2) & 1) * 4 + ((lane >> 1) & 1) * 2 + (lane & 1);
 }
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 // The 8 warps of a block (32 heads of one query) read the same rows: each group of 8 rows is
 // staged once in shared memory (cp.async, two groups deep) instead of loaded by every warp.

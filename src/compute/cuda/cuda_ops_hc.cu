@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "compute/cuda/cpu_order.cuh"
+#include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_norm.cuh"
 #include "compute/cuda/cuda_ops.h"
@@ -183,13 +184,6 @@ __global__ void k_hc_pre(const float* X, float* mix, int n_hc, int64_t n, const 
              head ? nullptr : post + r * n_hc, head ? nullptr : comb + r * n_hc * n_hc);
 }
 
-// cp.async (sm_80+): a 16-byte global->shared copy that holds no register, so all of a thread's
-// copies are in flight at once (a load/store loop waits for each load in turn).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 // bar.sync on barrier `id` (1..15; __syncthreads is 0) for `count` threads, a multiple of 32:
 // a barrier that the warps left out never reach.
 __device__ __forceinline__ void named_barrier(int id, int count) {
@@ -296,8 +290,8 @@ __global__ void __launch_bounds__(1024)
     uint4* xd = hsm4;
     uint4* wd = reinterpret_cast<uint4*>(ws);
     if constexpr (kOverlap) {
-      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(xd + i, xv + i);
-      for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) cp_async16(wd + i, wv + i);
+      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(smem_addr(xd + i), xv + i);
+      for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) cp_async16(smem_addr(wd + i), wv + i);
       cp_async_wait_all();
     } else {
       for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);

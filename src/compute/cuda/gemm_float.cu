@@ -2,6 +2,7 @@
 #include "compute/cuda/gemm_float.h"
 
 #include "compute/cuda/cpu_order.cuh"
+#include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_formats.cuh"
@@ -11,16 +12,6 @@
 namespace ds4::cuda::gemv_detail {
 
 namespace {
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 4 bytes global -> shared without registers; `in` false: zeros (nothing is read).
-__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src, bool in) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 constexpr int kActRows = 16;                      // activation rows per warp (its chains: kActRows x WR)
 constexpr int kWeightGroups = 4;                  // warps along the weight rows of a block
@@ -60,7 +51,7 @@ __global__ void __launch_bounds__(kThreads, WR >= 4 ? 1 : 2) k_fgemm(const uint8
       const int i = static_cast<int>(threadIdx.x) + kThreads * u, r = i / kSeg, j = i % kSeg;
       const int64_t rr = r_tile + r;
       const bool in = rr < rows && e0 + j < n_in;
-      cp_async4(smem_addr(&xs[b][i]), in ? x + rr * x_stride + e0 + j : x, in);
+      cp_async4_zfill(smem_addr(&xs[b][i]), in ? x + rr * x_stride + e0 + j : x, in);
     }
     cp_async_commit();
 #pragma unroll
@@ -73,7 +64,7 @@ __global__ void __launch_bounds__(kThreads, WR >= 4 ? 1 : 2) k_fgemm(const uint8
   auto store = [&](int b) {
 #pragma unroll
     for (int u = 0; u < kWPer; ++u) ws[b][threadIdx.x + kThreads * u] = wr[u];
-    cp_async_wait_all();
+    cp_async_wait<0>();
   };
   float a[WR][kActRows];
 #pragma unroll

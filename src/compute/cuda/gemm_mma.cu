@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
@@ -31,15 +32,6 @@ using namespace ds4::cuda::mma;
 constexpr size_t kSlabBytes = size_t{64} << 20;  // repacked weight bytes per slab
 
 size_t round256(size_t v) { return (v + 255) / 256 * 256; }
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // d = A * B + 0x4B400000 (gemm_mma.cuh: the s32 results read as f32 are 1.5 * 2^23 + isum).
 __device__ __forceinline__ void mma_s8(int d[4], const uint32_t a[4], const uint32_t b[2]) {
