@@ -13,6 +13,7 @@
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_norm.cuh"
+#include "compute/cuda/swiglu.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_internal.h"
@@ -219,14 +220,7 @@ __global__ void k_swiglu(const float* g, const float* u, int64_t rows, int64_t n
   pdl_begin();
   int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= rows * n) return;
-  float gv = g[i], uv = u[i];
-  if (limit > 0) {
-    gv = std_min(gv, limit);
-    uv = std_clamp(uv, -limit, limit);
-  }
-  const float silu = gv / (1.0f + expf_ref(-gv));
-  const float wt = weights ? weights[i / n] : 1.0f;
-  const float v = silu * uv * wt;
+  const float v = swiglu_cpu(g[i], u[i], limit, weights ? weights[i / n] : 1.0f);  // swiglu.cuh
   h[i] = v;
   if (q.qs) q8_0_block_warp(v, static_cast<int>(i & 31), q.qs + (i & ~int64_t{31}), q.d + i / 32);
 }

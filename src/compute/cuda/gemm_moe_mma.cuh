@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "compute/cuda/gemm_mma.cuh"
+#include "compute/cuda/swiglu.cuh"
 
 namespace ds4::cuda::moe_mma {
 
@@ -319,17 +320,7 @@ __host__ __device__ inline int sb_at(bool eight, int nsb, int idx) {
 // std::clamp as written there, e^x as compute::exp_f (exp in double, rounded once), each
 // operation rounded on its own (k_mma_swiglu; the host test runs it against the CPU backend).
 __host__ __device__ inline float swiglu_one(float gv, float uv, float limit, float weight) {
-  if (limit > 0.0f) {
-    gv = limit < gv ? limit : gv;
-    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);
-  }
-  const float e = static_cast<float>(exp(static_cast<double>(-gv)));
-#ifdef __CUDA_ARCH__
-  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, e));
-#else
-  const float silu = gv / (1.0f + e);
-#endif
-  return f_mul(f_mul(silu, uv), weight);
+  return swiglu_cpu(gv, uv, limit, weight);  // swiglu.cuh
 }
 
 // ---- routing ---------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include "compute/cuda/gemv_formats_ext.cuh"
 #include "compute/cuda/gemv_internal.h"
 #include "compute/cuda/gemv_warp.cuh"
+#include "compute/cuda/swiglu.cuh"
 #include "core/error.h"
 #include "quant/quant.h"
 
@@ -99,12 +100,7 @@ __global__ void __launch_bounds__(kThreads) k_moe_gate_up(ExpertArgs gate, Exper
     }
     float gv = g[0], uv = u[0];
     if constexpr (!FA && F::kPost != 1.0f) gv = F::kPost * gv, uv = F::kPost * uv;
-    if (limit > 0.0f) {
-      gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
-      uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
-    }
-    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf(-gv)));
-    h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+    h[p * n_ff + o] = swiglu_cpu(gv, uv, limit, weights[p]);  // swiglu.cuh
   }
 }
 
@@ -235,8 +231,6 @@ __device__ void cta_dot1(const uint8_t* w, size_t row_stride, int64_t n_in, int 
   __syncthreads();
 }
 
-__device__ __forceinline__ float expf_cpu(float x) { return static_cast<float>(exp(static_cast<double>(x))); }
-
 // blockIdx.y = pair p0 + y; block = pl.rb rows of gate and up. h[p][o] is the CPU's
 // swiglu(gate . x, up . x) * weight, bit for bit (glibc expf: see cuda_util.cuh expf_ref).
 template <class F>
@@ -264,12 +258,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) k_xmoe_gate_up(ExpertArg
   const float wt = weights[p];
   for (int j = threadIdx.x; j < nrows; j += blockDim.x) {
     float gv = gv_sh[j], uv = uv_sh[j];
-    if (limit > 0.0f) {
-      gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
-      uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
-    }
-    const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
-    h[p * n_ff + o0 + j] = __fmul_rn(__fmul_rn(silu, uv), wt);
+    h[p * n_ff + o0 + j] = swiglu_cpu(gv, uv, limit, wt);  // swiglu.cuh
   }
 }
 
@@ -385,12 +374,7 @@ __global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pai
   if (i >= pairs * n_ff) return;
   const int64_t p = i / n_ff, o = i % n_ff;
   float gv = gu[(p * 2) * n_ff + o], uv = gu[(p * 2 + 1) * n_ff + o];
-  if (limit > 0.0f) {
-    gv = limit < gv ? limit : gv;                           // std::min(gv, limit)
-    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);  // std::clamp(uv, -limit, limit)
-  }
-  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
-  h[i] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+  h[i] = swiglu_cpu(gv, uv, limit, weights[p]);  // swiglu.cuh
 }
 
 // The default (DS4_CUDA_MOE_PAIR=0 turns it off): blockIdx.y = pair p0 + y; warp = output row
@@ -426,12 +410,7 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
                            static_cast<int>(n_in / 256), tsm[warp], grid, gv, uv);
   if (lane != 0) return;
   if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
-  if (limit > 0.0f) {
-    gv = limit < gv ? limit : gv;
-    uv = uv < -limit ? -limit : (limit < uv ? limit : uv);
-  }
-  const float silu = __fdiv_rn(gv, __fadd_rn(1.0f, expf_cpu(-gv)));
-  h[p * n_ff + o] = __fmul_rn(__fmul_rn(silu, uv), weights[p]);
+  h[p * n_ff + o] = swiglu_cpu(gv, uv, limit, weights[p]);  // swiglu.cuh
 }
 
 // blockIdx.y = pair p0 + y; warp = one output row: out[p][o] = down_e . h[p] (kPost applied);
