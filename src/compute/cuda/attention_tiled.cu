@@ -185,8 +185,6 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
     if (k < nh) out[(z * n_heads + h0 + k) * head_dim + d] = __fmul_rn(acc[k], inv[z * n_heads + h0 + k]);
 }
 
-unsigned blocks(int64_t n, int64_t per) { return static_cast<unsigned>((n + per - 1) / per); }
-
 }  // namespace
 
 bool attn_tiled_applies(int64_t head_dim, int64_t n_queries) {
@@ -197,7 +195,7 @@ bool attn_tiled_applies(int64_t head_dim, int64_t n_queries) {
 
 void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
                        int* err, unsigned n_queries, cudaStream_t s) {
-  const dim3 grid(blocks(kv.max_rows, kSTile), blocks(n_heads, kSHeads * kSWarps), n_queries);
+  const dim3 grid(grid_for(kv.max_rows, kSTile), grid_for(n_heads, kSHeads * kSWarps), n_queries);
   switch (head_dim) {
     case 64: launch(k_attn_scores_tiled<2>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
     case 128: launch(k_attn_scores_tiled<4>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
@@ -208,7 +206,7 @@ void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const 
 
 void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
                     float* out, int* err, unsigned n_queries, cudaStream_t s) {
-  const dim3 grid(blocks(head_dim, kOThreads), blocks(n_heads, kOHeads), n_queries);
+  const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, kOHeads), n_queries);
   launch(k_attn_out_tiled, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
 }
 

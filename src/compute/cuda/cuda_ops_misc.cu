@@ -13,10 +13,10 @@
 #include "compute/cuda/cpu_order.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_norm.cuh"
-#include "compute/cuda/swiglu.cuh"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
 #include "compute/cuda/gemv_internal.h"
+#include "compute/cuda/swiglu.cuh"
 #include "core/error.h"
 
 namespace ds4::cuda {

@@ -109,6 +109,14 @@ __global__ void __launch_bounds__(kThreads, WR >= 4 ? 1 : 2) k_fgemm(const uint8
     }
 }
 
+template <class F, int WR>
+void launch_fgemm_wr(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
+                     int64_t tiles_y, cudaStream_t s) {
+  const dim3 grid(static_cast<unsigned>((w.n_out + kWeightGroups * WR - 1) / (kWeightGroups * WR)),
+                  static_cast<unsigned>(tiles_y));
+  launch(k_fgemm<F, WR>, grid, kThreads, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows, y, y_stride);
+}
+
 template <class F>
 void launch_fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
                   cudaStream_t s) {
@@ -116,15 +124,10 @@ void launch_fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t 
   if (tiles_y > 65535) fail("CUDA matmul: {} activation rows exceed the float GEMM's grid", rows);
   // Narrow products (the 24-row hyper-connection mixes) take 2 weight rows per warp: fewer idle
   // chains in the last weight tile.
-  if (w.n_out <= 64) {
-    const dim3 grid(static_cast<unsigned>((w.n_out + kWeightGroups * 2 - 1) / (kWeightGroups * 2)),
-                    static_cast<unsigned>(tiles_y));
-    launch(k_fgemm<F, 2>, grid, 256, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows, y, y_stride);
-  } else {
-    const dim3 grid(static_cast<unsigned>((w.n_out + kWeightGroups * 4 - 1) / (kWeightGroups * 4)),
-                    static_cast<unsigned>(tiles_y));
-    launch(k_fgemm<F, 4>, grid, 256, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x, x_stride, rows, y, y_stride);
-  }
+  if (w.n_out <= 64)
+    launch_fgemm_wr<F, 2>(w, x, x_stride, rows, y, y_stride, tiles_y, s);
+  else
+    launch_fgemm_wr<F, 4>(w, x, x_stride, rows, y, y_stride, tiles_y, s);
   check_launch("float GEMM (CPU order)");
 }
 

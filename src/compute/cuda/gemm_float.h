@@ -3,7 +3,8 @@
 // the CUDA backend): the prefill's compressor and indexer projections and hyper-connection
 // mixes. Register-tiled: a warp holds the FMA chains of 16 activation rows x WR weight rows,
 // so a weight element loaded once serves 16 rows and a staged activation element WR rows
-// (gemv.cu's staged kernel loads one activation element per FMA). The values are the CPU's
+// (gemv.cu's staged kernel loads one activation element per FMA); both operands are staged in
+// shared memory, the next segment's loads in flight during the current one. The values are the CPU's
 // (dot_avx2_float.cpp: 32 chains in element order, folded as warp_fold_chains does) bit for
 // bit, for rows whose length is a multiple of 32 (no tail steps). DS4_CUDA_FGEMM=0 turns it off.
 #include <cuda_runtime.h>

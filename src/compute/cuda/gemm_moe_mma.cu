@@ -236,14 +236,14 @@ __global__ void k_nan_bad_pairs(const int32_t* experts, int64_t n_expert, float*
   for (int64_t i = threadIdx.x; i < row_len; i += blockDim.x) out[p * row_len + i] = __int_as_float(0x7fc00000);
 }
 
-// h[p][o] = swiglu(g, u, limit) * weight[p] (swiglu_one: the CPU's operations).
+// h[p][o] = swiglu(g, u, limit) * weight[p] (swiglu_cpu: the CPU's operations).
 __global__ void k_mma_swiglu(const float* gu, const float* weights, int64_t pairs, int64_t n_ff, float limit,
                              float* h) {
   pdl_begin();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= pairs * n_ff) return;
   const int64_t p = i / n_ff, o = i % n_ff;
-  h[i] = swiglu_one(gu[(p * 2) * n_ff + o], gu[(p * 2 + 1) * n_ff + o], limit, weights[p]);
+  h[i] = swiglu_cpu(gu[(p * 2) * n_ff + o], gu[(p * 2 + 1) * n_ff + o], limit, weights[p]);
 }
 
 // y[t][o] = 0 + out[t*k][o] + ... in slot order.

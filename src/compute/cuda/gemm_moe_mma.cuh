@@ -314,15 +314,6 @@ __host__ __device__ inline int sb_at(bool eight, int nsb, int idx) {
   return -1;
 }
 
-// ---- between the products -------------------------------------------------------------------
-
-// h = swiglu(g, u, limit) * weight with compute::CpuBackend::swiglu's operations: std::min /
-// std::clamp as written there, e^x as compute::exp_f (exp in double, rounded once), each
-// operation rounded on its own (k_mma_swiglu; the host test runs it against the CPU backend).
-__host__ __device__ inline float swiglu_one(float gv, float uv, float limit, float weight) {
-  return swiglu_cpu(gv, uv, limit, weight);  // swiglu.cuh
-}
-
 // ---- routing ---------------------------------------------------------------------------------
 
 // Tile y of the grouped launch: the expert e with tile0[e] <= y < tile0[e+1] (tile0: n_expert+1

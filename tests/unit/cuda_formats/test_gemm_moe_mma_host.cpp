@@ -5,7 +5,7 @@
 // (as test_gemm_mma_host.cpp), against quant::vec_dot (IQ2_XXS and Q2_K against Q8_K rows):
 // every output equal bit for bit and written once. Also: the sign table, the visiting order,
 // the tile -> expert search, and mma_moe's whole sequence (grouping, the three emulated
-// products, swiglu_one, the slot sum) against the CPU backend's moe_experts. Checked to fail on
+// products, swiglu_cpu, the slot sum) against the CPU backend's moe_experts. Checked to fail on
 // a swapped Q2_K fold, a reassociated IQ2_XXS term and a reassociated swiglu product. The GPU
 // itself is checked by tests/cuda/cuda_mma_check.
 #include <gtest/gtest.h>
@@ -390,7 +390,7 @@ void emulate_grouped(bool q2k, const std::vector<uint8_t>& all, size_t expert_st
 }
 
 // mma_moe's steps on the host (the grouping, the emulated tile kernels for gate, up and down,
-// swiglu_one, the CPU's Q8_K quantizer for h, the slot-order sum) against
+// swiglu_cpu, the CPU's Q8_K quantizer for h, the slot-order sum) against
 // compute::make_cpu_backend's moe_experts on the same bytes: equal bit for bit. One expert gets a
 // pair from every token (two pair tiles), one none; limit 0 and 6 (the clamps).
 TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
@@ -437,7 +437,7 @@ TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
     if (HasFatalFailure()) return;
     std::vector<float> h(pairs * ff);
     for (int64_t p = 0; p < pairs; ++p)
-      for (int64_t o = 0; o < ff; ++o) h[p * ff + o] = swiglu_one(g_out[p * ff + o], u_out[p * ff + o], limit, w[p]);
+      for (int64_t o = 0; o < ff; ++o) h[p * ff + o] = cuda::swiglu_cpu(g_out[p * ff + o], u_out[p * ff + o], limit, w[p]);
     emulate_grouped(true, down, dn_exp, dn_row, ff, d, h, pairs, groups, pairs, 1, out);
     if (HasFatalFailure()) return;
     int64_t bad = 0, clamped = 0;
