@@ -5,7 +5,9 @@
 #   STAGES="gemv parity bench8 profile8 bench43" bash .devrun/prefill_chunk.sh
 # gemv:     cuda_gemv_check --types old (the float GEMM of gemm_float.h takes its 100-row cases)
 # parity:   test_cuda_parity (prefill, token by token and chunked evals vs CPU and transformers)
-# bench8:   8-layer synthetic Flash q2, 2K prompt, batch 2048: defaults, then one switch off each
+# bench8:   8-layer synthetic Flash q2, 2K prompt, batch 2048: defaults, earlier builds packed
+#           as .devrun/bin/ds4-bench-NAME (at 8K too with BENCH8_OTHER_8K=1), BENCH8_ENV (e.g.
+#           "DS4_CUDA_MOE_DN2=1") if set, then one switch off each
 #           (DS4_CUDA_FGEMM=0: float products on the warp kernels; DS4_CUDA_ATTN_TILED=0: the
 #           one-query attention kernels, with 16 and 1 (DS4_CUDA_ATTN_ROWS=1) rows per scores
 #           block: with BENCH8_ALL=1), the token loop at batch 512 (DS4_CUDA_CHUNK=0), and 8K
@@ -33,9 +35,9 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 t_all=$(date +%s)
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 
-bench() {  # name file ctx batch env...
+bench() {  # name file ctx batch env... (BENCH_BIN: another ds4-bench, e.g. the previous build's)
   local name=$1 f=$2 ctx=$3 batch=$4; shift 4
-  env "$@" timeout ${BENCH_TIMEOUT:-300} "$B/ds4-bench" -m "$f" --backend cuda --ctx-start "$ctx" --ctx-max "$ctx" \
+  env "$@" timeout ${BENCH_TIMEOUT:-300} "${BENCH_BIN:-$B/ds4-bench}" -m "$f" --backend cuda --ctx-start "$ctx" --ctx-max "$ctx" \
     --gen-tokens "$GEN" --batch "$batch" --csv "$OUT/$name.csv" > "$OUT/$name.log" 2>&1
   local rc=$?
   summary+=("$(printf '%-28s rc=%-3d %s' "$name" $rc "$(tail -1 "$OUT/$name.csv" 2>/dev/null)")")
@@ -68,6 +70,12 @@ if stage bench8 || stage profile8 || stage ncu8 || stage ncuk; then
 fi
 if stage bench8; then
   bench chunk8_b2048 $F8 2048 2048
+  for other in "$B"/ds4-bench-*; do  # earlier builds (ds4-bench-NAME), same file, same call
+    [ -x "$other" ] || continue
+    BENCH_BIN=$other bench "${other##*/ds4-bench-}8_b2048" $F8 2048 2048
+    [ -n "${BENCH8_OTHER_8K:-}" ] && BENCH_BIN=$other bench "${other##*/ds4-bench-}8_8k_b2048" $F8 8192 2048
+  done
+  [ -n "${BENCH8_ENV:-}" ] && bench env8_b2048 $F8 2048 2048 $BENCH8_ENV
   bench fgemm0_8_b2048 $F8 2048 2048 DS4_CUDA_FGEMM=0
   if [ -n "${BENCH8_ALL:-}" ]; then
     bench tiled0_8_b2048 $F8 2048 2048 DS4_CUDA_ATTN_TILED=0

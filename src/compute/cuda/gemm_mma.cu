@@ -2,8 +2,9 @@
 //  1. the weight rows are repacked (a slab of at most kSlabBytes at a time) into the permuted,
 //     aligned layout of gemm_mma.cuh: int8 quants in 32-byte blocks, f32 scales apart;
 //  2. the quantized activations (quantize_acts: the CPU's bytes) likewise, rows padded to tiles;
-//  3. one kernel: a block of threads owns 128 weight rows x 64 activation rows; a 3-stage
-//     cp.async pipeline stages 4 blocks (128 values) of both at a time; each warp runs
+//  3. one kernel: a block of 16 warps owns 128 weight rows x 64 activation rows (a warp 32 x
+//     16: 128 registers; 8 warps of 32 x 32 needed 255 and ran at half the speed on the H200);
+//     a 3-stage cp.async pipeline stages 4 blocks (128 values) of both at a time; each warp runs
 //     mma.sync m16n8k32 s8 per 32-value block (its exact integer sum) and adds the CPU's float
 //     term into the register slot of the block's partial sum (gemm_mma.cuh: bit-identical to
 //     quant::vec_dot).
@@ -27,7 +28,7 @@
 namespace ds4::cuda::gemv_detail {
 namespace {
 
-using namespace ds4::cuda::mma;
+using namespace ds4::cuda::mma;  // (kThreads is written mma::kThreads: gemv_detail has its own)
 
 constexpr size_t kSlabBytes = size_t{64} << 20;  // repacked weight bytes per slab
 
@@ -89,7 +90,7 @@ struct GemmArgs {
 };
 
 __device__ __forceinline__ void issue_stage(const TileSrc& T, int q0, uint32_t st) {
-  for (int i = threadIdx.x; i < kPieces; i += kThreads) {
+  for (int i = threadIdx.x; i < kPieces; i += mma::kThreads) {
     int dst = 0;
     const void* src = stage_piece(T, q0, i, &dst);
     cp_async16(st + static_cast<uint32_t>(dst), src);
@@ -129,7 +130,7 @@ __device__ __forceinline__ void run_segment(Acc& acc, const TileSrc& T, uint8_t*
 
 // Block (kBM weight rows) x (kBN activation rows) = blockIdx.x, blockIdx.y.
 template <bool kOneSlot>
-__global__ void __launch_bounds__(kThreads, 1) k_mma_q8_0(GemmArgs g) {
+__global__ void __launch_bounds__(mma::kThreads, 1) k_mma_q8_0(GemmArgs g) {
   pdl_begin();
   extern __shared__ uint4 smem4[];
   uint8_t* smem = reinterpret_cast<uint8_t*>(smem4);
@@ -269,7 +270,7 @@ void mma_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_ro
     g.n_valid = n_valid, g.rows = rows, g.group_rows = group_rows, g.o_base = o0;
     g.y = y, g.y_stride = y_stride;
     const dim3 grid(static_cast<unsigned>(n_pad / kBM), static_cast<unsigned>(rows_pad / kBN));
-    launch(one_slot ? k_mma_q8_0<true> : k_mma_q8_0<false>, grid, kThreads, kSmemBytes, stream, g);
+    launch(one_slot ? k_mma_q8_0<true> : k_mma_q8_0<false>, grid, mma::kThreads, kSmemBytes, stream, g);
     check_launch("mma matmul (q8_0, tensor cores)");
   }
 }

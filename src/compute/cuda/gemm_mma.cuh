@@ -39,8 +39,8 @@ constexpr int kBM = 128;               // output rows (weight rows) per block of
 constexpr int kBN = 64;                // activation rows (tokens) per block of threads
 constexpr int kKB = 4;                 // Q8_0 blocks (32 values each) per pipeline stage
 constexpr int kStages = 3;             // cp.async stages in flight
-constexpr int kThreads = 256;          // 8 warps: 4 along M x 2 along N, 32 x 32 outputs each
-constexpr int kMT = 2, kNT = 4;        // m16 tiles and n8 tiles per warp
+constexpr int kThreads = 512;          // 16 warps: 4 along M x 4 along N, 32 x 16 outputs each
+constexpr int kMT = 2, kNT = 2;        // m16 tiles and n8 tiles per warp
 constexpr int kPitch = kKB * 32 + 16;  // bytes per staged row (16 bytes of padding: no bank conflicts)
 constexpr int kWsOff = 0;
 constexpr int kAsOff = kWsOff + kBM * kPitch;
@@ -55,7 +55,7 @@ constexpr int kPieces = kPiecesWq + kPiecesAq + kPiecesWd + kPiecesAd;
 constexpr int kBiasBits = 0x4B400000;  // 1.5 * 2^23 as f32 bits
 constexpr float kBias = 12582912.0f;
 static_assert(kKB == 4, "stage_piece copies one row's kKB scales as one 16-byte piece");
-static_assert(kThreads == 32 * 4 * 2 && kBM == 4 * 16 * kMT && kBN == 2 * 8 * kNT, "warp grid 4 x 2");
+static_assert(kThreads == 32 * 4 * 4 && kBM == 4 * 16 * kMT && kBN == 4 * 8 * kNT, "warp grid 4 x 4");
 
 __host__ __device__ constexpr int seg_partial(int s) {
   return s == 0 ? 0 : s == 1 ? 4 : s == 2 ? 2 : s == 3 ? 6 : s == 4 ? 1 : s == 5 ? 5 : s == 6 ? 3 : 7;

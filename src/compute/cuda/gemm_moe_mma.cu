@@ -22,7 +22,7 @@
 namespace ds4::cuda::gemv_detail {
 namespace {
 
-using namespace ds4::cuda::moe_mma;
+using namespace ds4::cuda::moe_mma;  // (kThreads is written moe_mma::kThreads: gemv_detail has its own)
 
 // d = A * B (C = 0).
 __device__ __forceinline__ void mma_s8_zero(int d[4], const uint32_t a[4], const uint32_t b[2]) {
@@ -56,13 +56,16 @@ struct MoeArgs {
   const uint64_t* grid;
 };
 
-template <bool kQ2K>
+// kSerial: decode the weight items one after the other (fewer live registers: the Q2_K kernel
+// compiled for 2 blocks per SM spills 788 bytes when they are unrolled, 104 when not).
+template <bool kQ2K, bool kSerial>
 __device__ __forceinline__ void fill_stage(const MoeArgs& g, const uint8_t* W, int64_t o0, const int* s_pair, int sb,
                                            uint8_t* st) {
+  using G = Geo<kQ2K>;
   constexpr int kBB = kQ2K ? 84 : 66;
-#pragma unroll
-  for (int u = 0; u < kItemsW / kThreads; ++u) {
-    const int item = threadIdx.x + kThreads * u, row = item / 8, c = item % 8;
+#pragma unroll(kSerial ? 1 : G::kItemsW / moe_mma::kThreads)
+  for (int u = 0; u < G::kItemsW / moe_mma::kThreads; ++u) {
+    const int item = threadIdx.x + moe_mma::kThreads * u, row = item / 8, c = item % 8;
     const int64_t o = o0 + row;
     const uint8_t* blk =
         o < g.n_out ? W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * kBB : nullptr;
@@ -72,22 +75,25 @@ __device__ __forceinline__ void fill_stage(const MoeArgs& g, const uint8_t* W, i
       decode_iq2_item(blk, c, g.grid, st, row);
   }
 #pragma unroll
-  for (int u = 0; u < kItemsA / kThreads; ++u) {
-    const int i = threadIdx.x + kThreads * u;
+  for (int u = 0; u < G::kItemsA / moe_mma::kThreads; ++u) {
+    const int i = threadIdx.x + moe_mma::kThreads * u;
     const int p = s_pair[i / 16];
     const int64_t arow = p < 0 ? -1 : (g.by_token ? p / g.k : p);
-    act_piece(g.aqs, g.ad, g.a_n, arow, sb, i, st);
+    act_piece<kQ2K>(g.aqs, g.ad, g.a_n, arow, sb, i, st);
   }
 }
 
 // One superblock (stage `st`): its integer sums, then its term into slot SLOT.
 template <bool kQ2K, int SLOT>
-__device__ __forceinline__ void superblock(FAcc& f, const uint8_t* st, int lane, int warp) {
-  IAcc ia;
+__device__ __forceinline__ void superblock(FAcc<kQ2K>& f, const uint8_t* st, int lane, int warp) {
+  constexpr int kNT = Geo<kQ2K>::kNT;
+  IAcc<kQ2K> ia;
   clear(ia);
+  Ls ls;
+  if constexpr (!kQ2K) load_ls(st, lane, warp, ls);
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
-    Frags fr;
+    Frags<kQ2K> fr;
     load_frags(st, lane, warp, ks, fr);
     if constexpr (kQ2K) {
       uint32_t am[kMT][4];
@@ -106,7 +112,7 @@ __device__ __forceinline__ void superblock(FAcc& f, const uint8_t* st, int lane,
         for (int nt = 0; nt < kNT; ++nt) {
           int d[4];
           mma_s8_zero(d, fr.a[mt], fr.b[nt]);
-          iq2_group(ia, st, lane, warp, ks, mt, nt, d);
+          iq2_group(ia, ls, ks, mt, nt, d);
         }
     }
   }
@@ -125,26 +131,31 @@ struct Loop {
 };
 
 // The superblock at visiting position L.idx (its stage filled), then the next one's fill.
-template <bool kQ2K, int SLOT>
-__device__ __forceinline__ void step(FAcc& f, const MoeArgs& g, Loop& L) {
-  superblock<kQ2K, SLOT>(f, L.smem + (L.idx & 1) * kStageBytes, L.lane, L.warp);
+template <bool kQ2K, bool kSerial, int SLOT>
+__device__ __forceinline__ void step(FAcc<kQ2K>& f, const MoeArgs& g, Loop& L) {
+  constexpr int kStage = Geo<kQ2K>::kStageBytes;
+  superblock<kQ2K, SLOT>(f, L.smem + (L.idx & 1) * kStage, L.lane, L.warp);
   if (L.idx + 1 < L.nsb)
-    fill_stage<kQ2K>(g, L.W, L.o0, L.s_pair, sb_at(kQ2K, L.nsb, L.idx + 1), L.smem + ((L.idx + 1) & 1) * kStageBytes);
+    fill_stage<kQ2K, kSerial>(g, L.W, L.o0, L.s_pair, sb_at(kQ2K, L.nsb, L.idx + 1),
+                              L.smem + ((L.idx + 1) & 1) * kStage);
   __syncthreads();
   ++L.idx;
 }
 
-template <int S>
-__device__ __forceinline__ void q2k_segment(FAcc& f, const MoeArgs& g, Loop& L) {
+template <bool kSerial, int S>
+__device__ __forceinline__ void q2k_segment(FAcc<true>& f, const MoeArgs& g, Loop& L) {
   clear_slot<seg_slot(S)>(f);
   const int n = seg_count_sb(L.nsb, S);
-  for (int j = 0; j < n; ++j) step<true, seg_slot(S)>(f, g, L);
+  for (int j = 0; j < n; ++j) step<true, kSerial, seg_slot(S)>(f, g, L);
   end_segment<S>(f);
 }
 
 // blockIdx.x: 128 rows; blockIdx.y: tile of the expert-grouped pairs; blockIdx.z: matrix.
-template <bool kQ2K>
-__global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
+template <bool kQ2K, int kMinBlocks>
+__global__ void __launch_bounds__(moe_mma::kThreads, kMinBlocks) k_moe_mma(MoeArgs g) {
+  using G = Geo<kQ2K>;
+  constexpr int kBN = G::kBN, kNT = G::kNT;
+  constexpr bool kSerial = kQ2K && kMinBlocks == 2;
   pdl_begin();
   extern __shared__ uint4 smem4[];
   __shared__ int s_pair[kBN];
@@ -165,21 +176,21 @@ __global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
   L.idx = 0;
   L.lane = threadIdx.x & 31;
   L.warp = threadIdx.x >> 5;
-  fill_stage<kQ2K>(g, L.W, L.o0, s_pair, sb_at(kQ2K, L.nsb, 0), smem);
+  fill_stage<kQ2K, kSerial>(g, L.W, L.o0, s_pair, sb_at(kQ2K, L.nsb, 0), smem);
   __syncthreads();
-  FAcc f;
+  FAcc<kQ2K> f;
   if constexpr (kQ2K) {
-    q2k_segment<0>(f, g, L);
-    q2k_segment<1>(f, g, L);
-    q2k_segment<2>(f, g, L);
-    q2k_segment<3>(f, g, L);
-    q2k_segment<4>(f, g, L);
-    q2k_segment<5>(f, g, L);
-    q2k_segment<6>(f, g, L);
-    q2k_segment<7>(f, g, L);
+    q2k_segment<kSerial, 0>(f, g, L);
+    q2k_segment<kSerial, 1>(f, g, L);
+    q2k_segment<kSerial, 2>(f, g, L);
+    q2k_segment<kSerial, 3>(f, g, L);
+    q2k_segment<kSerial, 4>(f, g, L);
+    q2k_segment<kSerial, 5>(f, g, L);
+    q2k_segment<kSerial, 6>(f, g, L);
+    q2k_segment<kSerial, 7>(f, g, L);
   } else {
     clear_slot<0>(f);
-    for (int j = 0; j < L.nsb; ++j) step<false, 0>(f, g, L);
+    for (int j = 0; j < L.nsb; ++j) step<false, false, 0>(f, g, L);
   }
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -188,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, kQ2K ? 1 : 2) k_moe_mma(MoeArgs g) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int64_t o = L.o0 + elem_row(L.lane, L.warp, mt, i);
-        const int col = elem_col(L.lane, L.warp, nt, i);
+        const int col = elem_col<kQ2K>(L.lane, L.warp, nt, i);
         if (o < g.n_out && col < ntok) {
           float v = f.v[0][mt][nt][i];
           if constexpr (!kQ2K) v = __fmul_rn(0.125f, v);
@@ -206,18 +217,21 @@ __global__ void k_route_count(const int32_t* experts, int64_t pairs, int64_t n_e
   const int32_t e = experts[p];
   if (e >= 0 && e < n_expert) atomicAdd(cnt + e, 1);
 }
-// off / tile0: exclusive prefix sums of cnt and of ceil(cnt / kBN) (n_expert + 1 entries);
-// cursor cleared. One thread: n_expert is small.
-__global__ void k_route_scan(const int32_t* cnt, int64_t n_expert, int32_t* off, int32_t* tile0, int32_t* cursor) {
+// off / tile0_gu / tile0_dn: exclusive prefix sums of cnt and of ceil(cnt / kBN) for the gate/up
+// and the down tiles (n_expert + 1 entries each); cursor cleared. One thread: n_expert is small.
+__global__ void k_route_scan(const int32_t* cnt, int64_t n_expert, int32_t* off, int32_t* tile0_gu,
+                             int32_t* tile0_dn, int32_t* cursor) {
+  constexpr int kGu = Geo<false>::kBN, kDn = Geo<true>::kBN;
   pdl_begin();
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  int32_t a = 0, t = 0;
+  int32_t a = 0, t = 0, u = 0;
   for (int64_t e = 0; e < n_expert; ++e) {
-    off[e] = a, tile0[e] = t, cursor[e] = 0;
+    off[e] = a, tile0_gu[e] = t, tile0_dn[e] = u, cursor[e] = 0;
     a += cnt[e];
-    t += (cnt[e] + kBN - 1) / kBN;
+    t += (cnt[e] + kGu - 1) / kGu;
+    u += (cnt[e] + kDn - 1) / kDn;
   }
-  off[n_expert] = a, tile0[n_expert] = t;
+  off[n_expert] = a, tile0_gu[n_expert] = t, tile0_dn[n_expert] = u;
 }
 __global__ void k_route_place(const int32_t* experts, int64_t pairs, int64_t n_expert, const int32_t* off,
                               int32_t* cursor, int32_t* perm) {
@@ -257,17 +271,30 @@ __global__ void k_mma_slot_sum(const float* out, int64_t rows, int64_t k, int64_
   y[i] = acc;
 }
 
+// Blocks per SM the kernel is compiled for: 2 (128 registers). The down kernel's 4 partial slots
+// then spill ~100 bytes to local memory, and still it is faster than at 1 block per SM with ~200
+// registers (H200, 8 layers at 2K: 11,180 against 9,934 t/s); DS4_CUDA_MOE_DN2=0 gives that one.
 template <bool kQ2K>
 void launch_moe_mma(const MoeArgs& g, int64_t pairs, int64_t nz, cudaStream_t s, const char* what) {
+  static const bool two = !kQ2K || env_switch("DS4_CUDA_MOE_DN2", true);
   static const bool smem_ok = [] {
-    allow_smem(reinterpret_cast<const void*>(k_moe_mma<kQ2K>), kSmemBytes, "mma moe");
+    if constexpr (kQ2K) allow_smem(reinterpret_cast<const void*>(k_moe_mma<kQ2K, 1>), Geo<kQ2K>::kSmemBytes, "mma moe");
+    allow_smem(reinterpret_cast<const void*>(k_moe_mma<kQ2K, 2>), Geo<kQ2K>::kSmemBytes, "mma moe");
     return true;
   }();
   (void)smem_ok;
+  constexpr int kBN = Geo<kQ2K>::kBN;
   const int64_t gx = (g.n_out + kBM - 1) / kBM, gy = (pairs + kBN - 1) / kBN + g.n_expert;
   if (gy > 65535 || gx > INT_MAX) fail("CUDA {}: {} pairs x {} experts is too many tiles", what, pairs, g.n_expert);
   const dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(gy), static_cast<unsigned>(nz));
-  launch(k_moe_mma<kQ2K>, grid, kThreads, kSmemBytes, s, g);
+  if constexpr (kQ2K) {
+    if (!two) {
+      launch(k_moe_mma<kQ2K, 1>, grid, moe_mma::kThreads, Geo<kQ2K>::kSmemBytes, s, g);
+      check_launch(what);
+      return;
+    }
+  }
+  launch(k_moe_mma<kQ2K, 2>, grid, moe_mma::kThreads, Geo<kQ2K>::kSmemBytes, s, g);
   check_launch(what);
 }
 
@@ -290,17 +317,18 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   if (pairs <= 0) return;
   const uint64_t* grid = reinterpret_cast<const uint64_t*>(iq2_grid_address());
 
-  // Routing: cnt | off | tile0 | cursor | perm.
-  Scratch rbuf(static_cast<size_t>(4 * (ne + 1) + pairs) * sizeof(int32_t), stream);
+  // Routing: cnt | off | tile0_gu | tile0_dn | cursor | perm.
+  Scratch rbuf(static_cast<size_t>(5 * (ne + 1) + pairs) * sizeof(int32_t), stream);
   int32_t* cnt = static_cast<int32_t*>(rbuf.get());
   int32_t* off = cnt + (ne + 1);
-  int32_t* tile0 = off + (ne + 1);
-  int32_t* cursor = tile0 + (ne + 1);
+  int32_t* tile0_gu = off + (ne + 1);
+  int32_t* tile0_dn = tile0_gu + (ne + 1);
+  int32_t* cursor = tile0_dn + (ne + 1);
   int32_t* perm = cursor + (ne + 1);
   check(cudaMemsetAsync(cnt, 0, static_cast<size_t>(ne + 1) * sizeof(int32_t), stream), "cudaMemsetAsync (mma moe)");
   launch(k_route_count, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, cnt);
   check_launch("mma moe route count");
-  launch(k_route_scan, 1, 32, 0, stream, cnt, ne, off, tile0, cursor);
+  launch(k_route_scan, 1, 32, 0, stream, cnt, ne, off, tile0_gu, tile0_dn, cursor);
   check_launch("mma moe route scan");
   launch(k_route_place, grid_for(pairs, 256), 256, 0, stream, experts, pairs, ne, off, cursor, perm);
   check_launch("mma moe route place");
@@ -320,7 +348,7 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
     g.expert_stride = gate.expert_stride, g.row_stride = gate.first.row_stride;
     g.n_in = n_embd, g.n_out = n_ff, g.n_expert = ne;
     g.aqs = aq.qs, g.ad = aq.d, g.a_n = n_embd, g.k = k, g.by_token = true;
-    g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
+    g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0_gu;
     g.out = gu, g.zs = 2, g.grid = grid;
     launch_moe_mma<false>(g, pairs, 2, stream, "mma moe gate/up (iq2_xxs, tensor cores)");
     launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, gu, 2 * n_ff);
@@ -337,7 +365,7 @@ void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& dow
   g.expert_stride = down.expert_stride, g.row_stride = down.first.row_stride;
   g.n_in = n_ff, g.n_out = n_embd, g.n_expert = ne;
   g.aqs = haq.qs, g.ad = haq.d, g.a_n = n_ff, g.k = k, g.by_token = false;
-  g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0;
+  g.perm = perm, g.off = off, g.cnt = cnt, g.tile0 = tile0_dn;
   g.out = out, g.zs = 1, g.grid = grid;
   launch_moe_mma<true>(g, pairs, 1, stream, "mma moe down (q2_k, tensor cores)");
   launch(k_nan_bad_pairs, static_cast<unsigned>(pairs), 256, 0, stream, experts, ne, out, n_embd);

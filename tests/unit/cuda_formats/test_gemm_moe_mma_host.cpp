@@ -65,20 +65,24 @@ struct Case {
 };
 
 // One superblock (stage st) for all 256 threads, into fa[thread] (SLOT), as superblock<>.
-template <int SLOT>
-void superblock_host(bool q2k, std::vector<FAcc>& fa, const uint8_t* st) {
+template <bool Q2K, int SLOT>
+void superblock_host(std::vector<FAcc<Q2K>>& fa, const uint8_t* st) {
+  constexpr bool q2k = Q2K;
   for (int warp = 0; warp < kThreads / 32; ++warp) {
-    IAcc ia[32];
+    IAcc<Q2K> ia[32];
+    Ls ls[32];
     for (auto& a : ia) clear(a);
+    if (!q2k)
+      for (int lane = 0; lane < 32; ++lane) load_ls(st, lane, warp, ls[lane]);
     for (int ks = 0; ks < 8; ++ks) {
-      Frags fr[32];
+      Frags<Q2K> fr[32];
       uint32_t am[32][kMT][4];
       for (int lane = 0; lane < 32; ++lane) {
         load_frags(st, lane, warp, ks, fr[lane]);
-        load_min_frags(st, lane, warp, ks, am[lane]);
+        if (q2k) load_min_frags(st, lane, warp, ks, am[lane]);
       }
       for (int mt = 0; mt < kMT; ++mt)
-        for (int nt = 0; nt < kNT; ++nt) {
+        for (int nt = 0; nt < Geo<Q2K>::kNT; ++nt) {
           uint32_t a[32][4], b[32][2];
           int c[32][4], d[32][4];
           for (int lane = 0; lane < 32; ++lane) {
@@ -98,12 +102,14 @@ void superblock_host(bool q2k, std::vector<FAcc>& fa, const uint8_t* st) {
           } else {
             std::memset(c, 0, sizeof c);
             mma_model(a, b, c, d);
-            for (int lane = 0; lane < 32; ++lane) iq2_group(ia[lane], st, lane, warp, ks, mt, nt, d[lane]);
+            for (int lane = 0; lane < 32; ++lane) {
+              if constexpr (!Q2K) iq2_group(ia[lane], ls[lane], ks, mt, nt, d[lane]);
+            }
           }
         }
     }
     for (int lane = 0; lane < 32; ++lane) {
-      if (q2k)
+      if constexpr (Q2K)
         q2k_term<SLOT>(fa[warp * 32 + lane], ia[lane], st, lane, warp);
       else
         iq2_term(fa[warp * 32 + lane], ia[lane], st, lane, warp);
@@ -120,10 +126,11 @@ struct LoopH {
   int nsb, idx;
 };
 
+template <bool Q2K>
 void fill_host(LoopH& L, int sb, uint8_t* st) {
   const Case& C = *L.C;
   const int kBB = C.q2k ? 84 : 66;
-  for (int item = 0; item < kItemsW; ++item) {
+  for (int item = 0; item < Geo<Q2K>::kItemsW; ++item) {
     const int row = item / 8, c = item % 8;
     const int64_t o = L.o0 + row;
     const uint8_t* blk = o < C.n_out ? C.w.data() + o * C.row_stride + sb * kBB : nullptr;
@@ -132,48 +139,49 @@ void fill_host(LoopH& L, int sb, uint8_t* st) {
     else
       decode_iq2_item(blk, c, quant::iq2xxs_grid, st, row);
   }
-  for (int i = 0; i < kItemsA; ++i) {
+  for (int i = 0; i < Geo<Q2K>::kItemsA; ++i) {
     const int p = L.pair[i / 16];
-    act_piece(C.aqs.data(), C.ad.data(), C.n_in, p < 0 ? -1 : p / L.act_div, sb, i, st);
+    act_piece<Q2K>(C.aqs.data(), C.ad.data(), C.n_in, p < 0 ? -1 : p / L.act_div, sb, i, st);
   }
 }
 
-template <int SLOT>
-void step_host(std::vector<FAcc>& fa, LoopH& L) {
-  superblock_host<SLOT>(L.C->q2k, fa, L.smem.data() + (L.idx & 1) * kStageBytes);
-  if (L.idx + 1 < L.nsb)
-    fill_host(L, sb_at(L.C->q2k, L.nsb, L.idx + 1), L.smem.data() + ((L.idx + 1) & 1) * kStageBytes);
+template <bool Q2K, int SLOT>
+void step_host(std::vector<FAcc<Q2K>>& fa, LoopH& L) {
+  constexpr int kStage = Geo<Q2K>::kStageBytes;
+  superblock_host<Q2K, SLOT>(fa, L.smem.data() + (L.idx & 1) * kStage);
+  if (L.idx + 1 < L.nsb) fill_host<Q2K>(L, sb_at(Q2K, L.nsb, L.idx + 1), L.smem.data() + ((L.idx + 1) & 1) * kStage);
   ++L.idx;
 }
 
 template <int S>
-void q2k_segment_host(std::vector<FAcc>& fa, LoopH& L) {
+void q2k_segment_host(std::vector<FAcc<true>>& fa, LoopH& L) {
   for (auto& f : fa) clear_slot<seg_slot(S)>(f);
   const int n = seg_count_sb(L.nsb, S);
-  for (int j = 0; j < n; ++j) step_host<seg_slot(S)>(fa, L);
+  for (int j = 0; j < n; ++j) step_host<true, seg_slot(S)>(fa, L);
   for (auto& f : fa) end_segment<S>(f);
 }
 
 // Outputs y[p][o] of one tile (rows o0.., columns = pairs pair[], activation row p / act_div)
 // as k_moe_mma writes them.
-void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::vector<float>& y,
-                  std::vector<int>& writes, int64_t n_tok, int act_div = 1) {
+template <bool Q2K>
+void emulate_tile_t(const Case& C, int64_t o0, const std::vector<int>& pair, std::vector<float>& y,
+                    std::vector<int>& writes, int64_t n_tok, int act_div) {
   LoopH L;
   L.C = &C;
-  L.smem.assign(2 * kStageBytes, 0xEE);
+  L.smem.assign(Geo<Q2K>::kSmemBytes, 0xEE);
   L.o0 = o0;
   L.pair = pair;
-  L.pair.resize(kBN, -1);
+  L.pair.resize(Geo<Q2K>::kBN, -1);
   L.act_div = act_div;
   L.nsb = static_cast<int>(C.n_in / 256);
   L.idx = 0;
-  fill_host(L, sb_at(C.q2k, L.nsb, 0), L.smem.data());
-  std::vector<FAcc> fa(kThreads);
+  fill_host<Q2K>(L, sb_at(Q2K, L.nsb, 0), L.smem.data());
+  std::vector<FAcc<Q2K>> fa(kThreads);
   for (auto& f : fa) {
     float* p = &f.v[0][0][0][0];
     for (size_t i = 0; i < sizeof f.v / sizeof(float); ++i) p[i] = std::nanf("");
   }
-  if (C.q2k) {
+  if constexpr (Q2K) {
     q2k_segment_host<0>(fa, L);
     q2k_segment_host<1>(fa, L);
     q2k_segment_host<2>(fa, L);
@@ -184,17 +192,17 @@ void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::
     q2k_segment_host<7>(fa, L);
   } else {
     for (auto& f : fa) clear_slot<0>(f);
-    for (int j = 0; j < L.nsb; ++j) step_host<0>(fa, L);
+    for (int j = 0; j < L.nsb; ++j) step_host<false, 0>(fa, L);
   }
   ASSERT_EQ(L.idx, L.nsb);
   const int ntok = static_cast<int>(pair.size());
   for (int warp = 0; warp < kThreads / 32; ++warp)
     for (int lane = 0; lane < 32; ++lane)
       for (int mt = 0; mt < kMT; ++mt)
-        for (int nt = 0; nt < kNT; ++nt)
+        for (int nt = 0; nt < Geo<Q2K>::kNT; ++nt)
           for (int i = 0; i < 4; ++i) {
             const int64_t o = o0 + elem_row(lane, warp, mt, i);
-            const int col = elem_col(lane, warp, nt, i);
+            const int col = elem_col<Q2K>(lane, warp, nt, i);
             if (o < C.n_out && col < ntok) {
               float v = fa[warp * 32 + lane].v[0][mt][nt][i];
               if (!C.q2k) v = 0.125f * v;
@@ -205,6 +213,15 @@ void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::
             }
           }
 }
+
+void emulate_tile(const Case& C, int64_t o0, const std::vector<int>& pair, std::vector<float>& y,
+                  std::vector<int>& writes, int64_t n_tok, int act_div = 1) {
+  if (C.q2k)
+    emulate_tile_t<true>(C, o0, pair, y, writes, n_tok, act_div);
+  else
+    emulate_tile_t<false>(C, o0, pair, y, writes, n_tok, act_div);
+}
+int tile_pairs(bool q2k) { return q2k ? Geo<true>::kBN : Geo<false>::kBN; }
 
 // Random blocks with finite scales (every quant byte random: all grid indices, signs, ls, Q2_K
 // scale and min nibbles); activations from the CPU's Q8_K quantizer, or random bytes (bsums
@@ -261,6 +278,7 @@ void check(bool q2k, int64_t n_in, int64_t n_out, int64_t n_tok, bool random_act
   std::vector<float> y(n_tok * n_out, std::nanf(""));
   std::vector<int> writes(y.size(), 0);
   // Tokens in a shuffled order (as the device placement leaves them), kBN per tile.
+  const int kBN = tile_pairs(q2k);
   std::vector<int> order(n_tok);
   for (int t = 0; t < n_tok; ++t) order[t] = t;
   std::shuffle(order.begin(), order.end(), rng);
@@ -322,6 +340,7 @@ TEST(GemmMoeMmaHost, Iq2xxsEqualsVecDot) {
   check(false, 256, 128, 32, false, 1);
   check(false, 1024, 130, 45, false, 2);
   check(false, 2304, 128, 7, true, 3);
+  check(false, 512, 128, 70, false, 7);  // two pair tiles of 64
 }
 TEST(GemmMoeMmaHost, Q2kEqualsVecDot) {
   check(true, 256, 128, 32, false, 4);
@@ -375,6 +394,7 @@ void emulate_grouped(bool q2k, const std::vector<uint8_t>& all, size_t expert_st
                      const std::vector<std::vector<int>>& groups, int64_t pairs, int act_div, std::vector<float>& out) {
   out.assign(pairs * n_out, std::nanf(""));
   std::vector<int> writes(out.size(), 0);
+  const size_t kBN = static_cast<size_t>(tile_pairs(q2k));
   for (size_t e = 0; e < groups.size(); ++e) {
     if (groups[e].empty()) continue;
     const Case C = expert_case(q2k, all, expert_stride, static_cast<int64_t>(e), row_stride, n_in, n_out, x, x_rows);
@@ -392,9 +412,9 @@ void emulate_grouped(bool q2k, const std::vector<uint8_t>& all, size_t expert_st
 // mma_moe's steps on the host (the grouping, the emulated tile kernels for gate, up and down,
 // swiglu_cpu, the CPU's Q8_K quantizer for h, the slot-order sum) against
 // compute::make_cpu_backend's moe_experts on the same bytes: equal bit for bit. One expert gets a
-// pair from every token (two pair tiles), one none; limit 0 and 6 (the clamps).
+// pair from every token (two gate/up pair tiles, three down ones), one none; limit 0 and 6 (the clamps).
 TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
-  const int64_t d = 512, ff = 2048, E = 5, K = 3, rows = 40, pairs = rows * K;  // down: all 8 partials
+  const int64_t d = 512, ff = 2048, E = 5, K = 3, rows = 70, pairs = rows * K;  // down: all 8 partials
   const size_t gu_row = (d / 256) * 66 + 2, dn_row = (ff / 256) * 84 + 4;       // padded rows, alignment kept
   const size_t gu_exp = gu_row * (ff + 1), dn_exp = dn_row * (d + 1);           // one padding row per expert
   std::mt19937 rng(7);
@@ -428,7 +448,7 @@ TEST(GemmMoeMmaHost, RoutedExpertsEqualCpuBackend) {
     std::vector<std::vector<int>> groups(E);
     for (int p = 0; p < pairs; ++p) groups[ids[p]].push_back(p);
     for (auto& g : groups) std::shuffle(g.begin(), g.end(), rng);
-    ASSERT_GT(groups[0].size(), static_cast<size_t>(kBN));
+    ASSERT_GT(groups[0].size(), static_cast<size_t>(tile_pairs(false)));
     ASSERT_TRUE(groups[4].empty());
     std::vector<float> g_out, u_out, out;
     emulate_grouped(false, gate, gu_exp, gu_row, d, ff, x, rows, groups, pairs, K, g_out);
