@@ -17,7 +17,8 @@
 #           prefill, tiled and not (which of scores / softmax / weighted rows bounds it)
 # profile8: per-op GPU time of that prefill (DS4_CUDA_PROFILE=1): GEMMs vs attention vs the rest
 # bench43:  43 layers (86.7 GB in /dev/shm): chunk ops at BENCH_CTX (default "2048 8192"), batch
-#           BATCH (default 2048), and the token loop at 2K in the same run (the baseline)
+#           BATCH (default 2048), and the token loop at 2K in the same run (the baseline); with
+#           BENCH43_OTHERS=1 also the packed earlier builds (ds4-bench-NAME) at 2K and 8K
 # One summary table at the end; logs under $OUT.
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -116,6 +117,12 @@ if stage bench43; then
   summary+=("synth 43 layers: $(du -h $F | cut -f1) in $(( $(date +%s) - t0 )) s")
   bench loop43_2048_b512 $F 2048 512 DS4_CUDA_CHUNK=0
   for ctx in $BENCH_CTX; do bench chunk43_${ctx}_b$BATCH $F $ctx "$BATCH"; done
+  if [ -n "${BENCH43_OTHERS:-}" ]; then  # the earlier builds packed as ds4-bench-NAME, 2K and 8K
+    for other in "$B"/ds4-bench-*; do
+      [ -x "$other" ] || continue
+      for ctx in 2048 8192; do BENCH_BIN=$other bench "${other##*/ds4-bench-}43_${ctx}_b$BATCH" $F $ctx "$BATCH"; done
+    done
+  fi
 fi
 echo "==== summary ($(( $(date +%s) - t_all )) s) ===="
 echo "csv: context,prefill t/s,generation t/s,kv bytes (ds4-bench)"
