@@ -1,8 +1,8 @@
 #pragma once
 // cp.async (sm_80+): global -> shared copies that hold no register, so all of a thread's copies
 // are in flight at once (a load/store loop waits for each load in turn). Shared by the kernels
-// that stage operands two or more stages deep (gemm_mma.cu, gemm_float.cu, attention_tiled.cu,
-// cuda_ops_hc.cu).
+// that stage operands two or more stages deep (gemm_mma.cu, gemm_moe_mma.cu, gemm_float.cu,
+// attention_tiled.cu, cuda_ops_hc.cu).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -23,6 +23,15 @@ __device__ __forceinline__ void cp_async4(uint32_t dst, const void* src) {
 // 4 bytes, or (in false) 4 zero bytes with nothing read (src must still be a valid address).
 __device__ __forceinline__ void cp_async4_zfill(uint32_t dst, const void* src, bool in) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
+}
+// 16 bytes into dst, of which the first n (0..16) are read from src and the rest are zeros (src
+// 16-byte aligned and valid even when n is 0; cached in L2 only).
+__device__ __forceinline__ void cp_async16_n(uint32_t dst, const void* src, int n) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// 16 bytes (cached in L2 only), or (in false) 16 zero bytes with nothing read.
+__device__ __forceinline__ void cp_async16_zfill(uint32_t dst, const void* src, bool in) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(in ? 16 : 0) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Until at most N of this thread's committed groups are pending.

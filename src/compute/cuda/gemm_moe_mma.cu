@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
@@ -56,48 +57,77 @@ struct MoeArgs {
   const uint64_t* grid;
 };
 
-// kSerial: decode the weight items one after the other (fewer live registers: the Q2_K kernel
-// compiled for 2 blocks per SM spills 788 bytes when they are unrolled, 104 when not).
-template <bool kQ2K, bool kSerial>
-__device__ __forceinline__ void fill_stage(const MoeArgs& g, const uint8_t* W, int64_t o0, const int* s_pair, int sb,
-                                           uint8_t* st) {
+// Superblock sb's raw weight bytes of the tile's rows (staged formats) and its activation pieces
+// into stage st by cp.async (act_piece's bytes: padding tokens zero-filled; rows past n_out not
+// copied).
+template <bool kQ2K>
+__device__ __forceinline__ void issue_stage(const MoeArgs& g, const uint8_t* W, int64_t o0, const int* s_pair, int sb,
+                                            uint8_t* st) {
   using G = Geo<kQ2K>;
-  constexpr int kBB = kQ2K ? 84 : 66;
+  const uint32_t base = smem_addr(st);
+  if constexpr (G::kStaged) {
+    constexpr int kChunks = G::kStaged ? G::kRawChunks : 1;  // (no division by zero when unstaged)
+    for (int i = threadIdx.x; i < kBM * kChunks; i += moe_mma::kThreads) {
+      const int row = i / kChunks, w = i - row * kChunks;
+      const int64_t o = o0 + row;
+      if (o >= g.n_out) continue;
+      const uint8_t* blk = W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * G::kSbBytes;
+      const int lead = raw_lead(blk);
+      cp_async16_n(base + static_cast<uint32_t>(G::kRawWOff + row * G::kRawPitch + 16 * w), blk - lead + 16 * w,
+                   raw_piece_bytes<kQ2K>(lead, w));
+    }
+  }
+#pragma unroll
+  for (int u = 0; u < G::kItemsA / moe_mma::kThreads; ++u) {
+    const int i = threadIdx.x + moe_mma::kThreads * u, tok = i / 16, part = i % 16;
+    const int p = s_pair[tok];
+    const int64_t arow = p < 0 ? 0 : (g.by_token ? p / g.k : p);
+    cp_async16_zfill(base + static_cast<uint32_t>(G::kAOff + tok * kPitch + 16 * part),
+                     g.aqs + arow * g.a_n + 256 * static_cast<int64_t>(sb) + 16 * part, p >= 0);
+    if (part == 0)
+      cp_async4_zfill(base + static_cast<uint32_t>(G::kAdOff + 4 * tok), g.ad + arow * (g.a_n / 256) + sb, p >= 0);
+  }
+}
+
+// Superblock sb decoded into dec from stage st's raw copy (unstaged: from global memory).
+// kSerial: the weight items one after the other (fewer live registers for the Q2_K kernel at 2
+// blocks per SM).
+template <bool kQ2K, bool kSerial>
+__device__ __forceinline__ void decode_stage(const MoeArgs& g, const uint8_t* W, int64_t o0, int sb, const uint8_t* st,
+                                             uint8_t* dec) {
+  using G = Geo<kQ2K>;
 #pragma unroll(kSerial ? 1 : G::kItemsW / moe_mma::kThreads)
   for (int u = 0; u < G::kItemsW / moe_mma::kThreads; ++u) {
     const int item = threadIdx.x + moe_mma::kThreads * u, row = item / 8, c = item % 8;
     const int64_t o = o0 + row;
-    const uint8_t* blk =
-        o < g.n_out ? W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * kBB : nullptr;
+    const uint8_t* blk = nullptr;
+    if (o < g.n_out) {
+      blk = W + static_cast<size_t>(o) * g.row_stride + static_cast<size_t>(sb) * G::kSbBytes;
+      if constexpr (G::kStaged) blk = st + G::kRawWOff + row * G::kRawPitch + raw_lead(blk);
+    }
     if constexpr (kQ2K)
-      decode_q2k_item(blk, c, st, row);
+      decode_q2k_item(blk, c, dec, row);
     else
-      decode_iq2_item(blk, c, g.grid, st, row);
-  }
-#pragma unroll
-  for (int u = 0; u < G::kItemsA / moe_mma::kThreads; ++u) {
-    const int i = threadIdx.x + moe_mma::kThreads * u;
-    const int p = s_pair[i / 16];
-    const int64_t arow = p < 0 ? -1 : (g.by_token ? p / g.k : p);
-    act_piece<kQ2K>(g.aqs, g.ad, g.a_n, arow, sb, i, st);
+      decode_iq2_item(blk, c, g.grid, dec, row);
   }
 }
 
-// One superblock (stage `st`): its integer sums, then its term into slot SLOT.
+// One superblock (decoded weights dec, activations of stage st): its integer sums, then its
+// term into slot SLOT.
 template <bool kQ2K, int SLOT>
-__device__ __forceinline__ void superblock(FAcc<kQ2K>& f, const uint8_t* st, int lane, int warp) {
+__device__ __forceinline__ void superblock(FAcc<kQ2K>& f, const uint8_t* dec, const uint8_t* st, int lane, int warp) {
   constexpr int kNT = Geo<kQ2K>::kNT;
   IAcc<kQ2K> ia;
   clear(ia);
   Ls ls;
-  if constexpr (!kQ2K) load_ls(st, lane, warp, ls);
+  if constexpr (!kQ2K) load_ls(dec, lane, warp, ls);
 #pragma unroll
   for (int ks = 0; ks < 8; ++ks) {
     Frags<kQ2K> fr;
-    load_frags(st, lane, warp, ks, fr);
+    load_frags(dec, st, lane, warp, ks, fr);
     if constexpr (kQ2K) {
       uint32_t am[kMT][4];
-      load_min_frags(st, lane, warp, ks, am);
+      load_min_frags(dec, lane, warp, ks, am);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -117,28 +147,36 @@ __device__ __forceinline__ void superblock(FAcc<kQ2K>& f, const uint8_t* st, int
     }
   }
   if constexpr (kQ2K)
-    q2k_term<SLOT>(f, ia, st, lane, warp);
+    q2k_term<SLOT>(f, ia, dec, st, lane, warp);
   else
-    iq2_term(f, ia, st, lane, warp);
+    iq2_term(f, ia, dec, st, lane, warp);
 }
 
 struct Loop {
-  uint8_t* smem;
+  uint8_t* smem;  // decoded weights, then two raw stages
   const uint8_t* W;
   int64_t o0;
   const int* s_pair;
   int nsb, idx, lane, warp;
 };
 
-// The superblock at visiting position L.idx (its stage filled), then the next one's fill.
+// The superblock at visiting position L.idx: wait for its stage (issued one step earlier; the
+// barrier also ends the previous superblock's reads of dec and of the other stage), issue the
+// next one's copies into that other stage, decode, compute.
 template <bool kQ2K, bool kSerial, int SLOT>
 __device__ __forceinline__ void step(FAcc<kQ2K>& f, const MoeArgs& g, Loop& L) {
-  constexpr int kStage = Geo<kQ2K>::kStageBytes;
-  superblock<kQ2K, SLOT>(f, L.smem + (L.idx & 1) * kStage, L.lane, L.warp);
-  if (L.idx + 1 < L.nsb)
-    fill_stage<kQ2K, kSerial>(g, L.W, L.o0, L.s_pair, sb_at(kQ2K, L.nsb, L.idx + 1),
-                              L.smem + ((L.idx + 1) & 1) * kStage);
+  using G = Geo<kQ2K>;
+  uint8_t* dec = L.smem;
+  uint8_t* st = L.smem + G::kDecBytes + (L.idx & 1) * G::kStageBytes;
+  cp_async_wait_all();
   __syncthreads();
+  if (L.idx + 1 < L.nsb)
+    issue_stage<kQ2K>(g, L.W, L.o0, L.s_pair, sb_at(kQ2K, L.nsb, L.idx + 1),
+                      L.smem + G::kDecBytes + ((L.idx + 1) & 1) * G::kStageBytes);
+  cp_async_commit();
+  decode_stage<kQ2K, kSerial>(g, L.W, L.o0, sb_at(kQ2K, L.nsb, L.idx), st, dec);
+  __syncthreads();
+  superblock<kQ2K, SLOT>(f, dec, st, L.lane, L.warp);
   ++L.idx;
 }
 
@@ -176,8 +214,8 @@ __global__ void __launch_bounds__(moe_mma::kThreads, kMinBlocks) k_moe_mma(MoeAr
   L.idx = 0;
   L.lane = threadIdx.x & 31;
   L.warp = threadIdx.x >> 5;
-  fill_stage<kQ2K, kSerial>(g, L.W, L.o0, s_pair, sb_at(kQ2K, L.nsb, 0), smem);
-  __syncthreads();
+  issue_stage<kQ2K>(g, L.W, L.o0, s_pair, sb_at(kQ2K, L.nsb, 0), smem + Geo<kQ2K>::kDecBytes);
+  cp_async_commit();
   FAcc<kQ2K> f;
   if constexpr (kQ2K) {
     q2k_segment<kSerial, 0>(f, g, L);
@@ -307,7 +345,10 @@ bool mma_moe_applies(const DevExperts& gate, const DevExperts& up, const DevExpe
   const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out;
   return n_embd % 256 == 0 && n_ff % 256 == 0 && gate.n_expert > 0 && gate.n_expert <= 65535 - 1 &&
          rows * k < INT_MAX / 2 && down.first.row_stride % 4 == 0 && down.expert_stride % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(down.first.data) % 4 == 0;
+         // issue_stage copies from the 16-byte boundary at or below each superblock: never below
+         // the tensor's first byte when that is 16-byte aligned
+         reinterpret_cast<uintptr_t>(down.first.data) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(gate.first.data) % 16 == 0 && reinterpret_cast<uintptr_t>(up.first.data) % 16 == 0;
 }
 
 void mma_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,

@@ -6,7 +6,8 @@
 // The (token, slot) pairs are grouped by expert on the device; a block of threads owns 128 rows
 // of one expert's matrix x up to Geo::kBN of the expert's pairs (64 gate/up, 32 down), and reads
 // each weight superblock once for them. Weight superblocks (256 values) are decoded by the block
-// into int8 in shared memory, four values per 32-bit operation (signed_grid4, the Q2_K multiply):
+// into int8 in shared memory, four values per 32-bit operation (signed_grid4, the Q2_K multiply),
+// IQ2_XXS from a raw copy that cp.async brought in one superblock ahead (Geo::kStaged):
 //  * IQ2_XXS (gate/up): value = grid byte * sign, |v| <= 43; per 32-value group one mma (C = 0)
 //    gives the group's exact dot, times the group scale ls in integers: the superblock's bsum
 //    exactly as quant's scalar kernel; term (d_w * d_a) * float(bsum) into one running sum (the
@@ -48,19 +49,44 @@ template <bool Q2K>
 struct Geo {
   static constexpr int kBN = Q2K ? 32 : 64;
   static constexpr int kNT = kBN / 16;  // 8-column tiles per warp (2 warps along N)
+  // The decoded weights of the current superblock (one buffer): int8 rows, then per row the
+  // group scales (IQ2_XXS: ls [row][8]) or mins (Q2_K: [row][16]), f32 d, f32 dmin (Q2_K).
   static constexpr int kWOff = 0;
-  static constexpr int kAOff = kWOff + kBM * kPitch;
-  static constexpr int kSOff = kAOff + kBN * kPitch;  // IQ2_XXS: ls [row][8]; Q2_K: mins [row][16]
-  static constexpr int kDOff = kSOff + kBM * 16;      // f32 d [row]
-  static constexpr int kMOff = kDOff + kBM * 4;       // f32 dmin [row] (Q2_K)
-  static constexpr int kAdOff = kMOff + kBM * 4;      // f32 activation d [token]
-  static constexpr int kStageBytes = kAdOff + kBN * 4;
-  static constexpr int kSmemBytes = 2 * kStageBytes;
-  static constexpr int kItemsW = kBM * 8;   // (row, 32-value chunk) decode items per stage
+  static constexpr int kSOff = kWOff + kBM * kPitch;
+  static constexpr int kDOff = kSOff + kBM * 16;
+  static constexpr int kMOff = kDOff + kBM * 4;
+  static constexpr int kDecBytes = kMOff + kBM * 4;
+  // A raw stage (two, filled by cp.async a superblock ahead): each row's superblock bytes as
+  // copied from the 16-byte boundary at or below it (raw_lead), then the activation rows (Q8_K
+  // quants, the tile's tokens) and their f32 d.
+  // Q2_K decodes straight from global memory (kRawChunks 0): with its 8 superblocks per row
+  // (the down projection's 2048 inputs) the staged copy measured slower on the H200 (Nsight,
+  // 8 layers at 2K: 3.25 against 2.88 ms), while IQ2_XXS gate/up gained (3.14 against 3.94 ms).
+  static constexpr bool kStaged = !Q2K;
+  static constexpr int kSbBytes = Q2K ? 84 : 66;
+  static constexpr int kRawChunks = kStaged ? 5 : 0;  // 16-byte pieces: lead (<= 14) + 66 bytes fit
+  static constexpr int kRawPitch = 16 * kRawChunks;
+  static constexpr int kRawWOff = 0;
+  static constexpr int kAOff = (kRawWOff + kBM * kRawPitch + 15) / 16 * 16;
+  static constexpr int kAdOff = kAOff + kBN * kPitch;
+  static constexpr int kStageBytes = (kAdOff + kBN * 4 + 15) / 16 * 16;
+  static constexpr int kSmemBytes = kDecBytes + 2 * kStageBytes;
+  static constexpr int kItemsW = kBM * 8;   // (row, 32-value chunk) decode items per superblock
   static constexpr int kItemsA = kBN * 16;  // 16-byte activation pieces per stage
-  static_assert(kStageBytes % 16 == 0, "stages 16-byte aligned");
+  static_assert(kDecBytes % 16 == 0 && kAOff % 16 == 0 && kStageBytes % 16 == 0, "16-byte aligned parts");
   static_assert(kItemsW % kThreads == 0 && kItemsA % kThreads == 0, "whole items per thread");
 };
+
+// Raw copy of a weight superblock at blk (IQ2_XXS: 66 bytes, 2-byte aligned; Q2_K: 84, 4-byte
+// aligned) as kRawChunks 16-byte pieces starting raw_lead(blk) bytes below it: piece w takes
+// raw_piece_bytes of them from the source (the rest zeros), so nothing outside
+// [blk - raw_lead, blk + kSbBytes) is read; the superblock sits at byte raw_lead of the copy.
+__host__ __device__ inline int raw_lead(const uint8_t* blk) { return static_cast<int>(reinterpret_cast<uintptr_t>(blk) & 15u); }
+template <bool Q2K>
+__host__ __device__ inline int raw_piece_bytes(int lead, int w) {
+  const int rem = lead + Geo<Q2K>::kSbBytes - 16 * w;
+  return rem >= 16 ? 16 : rem > 0 ? rem : 0;
+}
 
 __host__ __device__ inline float f16(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 __host__ __device__ inline uint16_t ld_u16(const uint8_t* p) {
@@ -112,7 +138,7 @@ __host__ __device__ inline float i2f(int v) {
 #endif
 }
 
-// ---- decode of one (row, chunk) item into stage `st` ----------------------------------------
+// ---- decode of one (row, chunk) item into the decoded buffer `st` ---------------------------
 
 // IQ2_XXS superblock `blk` (66 bytes, 2-byte aligned), 32-value group c (null blk: zeros).
 // grid: the 256 grid entries (8 unsigned bytes each).
@@ -198,14 +224,15 @@ struct Frags {
   uint32_t a[kMT][4];
   uint32_t b[Geo<Q2K>::kNT][2];
 };
-// k step ks (32 values) of the stage.
+// k step ks (32 values): A from the decoded weights, B from the stage's activation rows.
 template <bool Q2K>
-__host__ __device__ inline void load_frags(const uint8_t* st, int lane, int warp, int ks, Frags<Q2K>& f) {
+__host__ __device__ inline void load_frags(const uint8_t* dec, const uint8_t* st, int lane, int warp, int ks,
+                                           Frags<Q2K>& f) {
   using G = Geo<Q2K>;
   const int gid = lane >> 2, tig = lane & 3;
   const int wm = (warp & 3) * (16 * kMT), wn = (warp >> 2) * (8 * G::kNT);
   for (int mt = 0; mt < kMT; ++mt) {
-    const uint8_t* p0 = st + G::kWOff + (wm + 16 * mt + gid) * kPitch + 32 * ks + 4 * tig;
+    const uint8_t* p0 = dec + G::kWOff + (wm + 16 * mt + gid) * kPitch + 32 * ks + 4 * tig;
     const uint8_t* p1 = p0 + 8 * kPitch;
     f.a[mt][0] = ld_u32(p0);
     f.a[mt][1] = ld_u32(p1);
@@ -220,14 +247,14 @@ __host__ __device__ inline void load_frags(const uint8_t* st, int lane, int warp
 }
 // Q2_K: the mins as an A operand for k step ks: values 0..15 of the step belong to 16-group 2ks,
 // 16..31 to 2ks + 1 (a0/a1: k < 16, a2/a3: k >= 16).
-__host__ __device__ inline void load_min_frags(const uint8_t* st, int lane, int warp, int ks, uint32_t am[kMT][4]) {
+__host__ __device__ inline void load_min_frags(const uint8_t* dec, int lane, int warp, int ks, uint32_t am[kMT][4]) {
   using G = Geo<true>;
   const int gid = lane >> 2;
   const int wm = (warp & 3) * (16 * kMT);
   for (int mt = 0; mt < kMT; ++mt) {
     const int r = wm + 16 * mt + gid;
-    const uint32_t m00 = st[G::kSOff + r * 16 + 2 * ks], m01 = st[G::kSOff + r * 16 + 2 * ks + 1];
-    const uint32_t m10 = st[G::kSOff + (r + 8) * 16 + 2 * ks], m11 = st[G::kSOff + (r + 8) * 16 + 2 * ks + 1];
+    const uint32_t m00 = dec[G::kSOff + r * 16 + 2 * ks], m01 = dec[G::kSOff + r * 16 + 2 * ks + 1];
+    const uint32_t m10 = dec[G::kSOff + (r + 8) * 16 + 2 * ks], m11 = dec[G::kSOff + (r + 8) * 16 + 2 * ks + 1];
     am[mt][0] = m00 * 0x01010101u;
     am[mt][1] = m10 * 0x01010101u;
     am[mt][2] = m01 * 0x01010101u;
@@ -268,10 +295,10 @@ __host__ __device__ inline void clear(IAcc<Q2K>& a) {
 struct Ls {
   uint32_t w[kMT][2][2];
 };
-__host__ __device__ inline void load_ls(const uint8_t* st, int lane, int warp, Ls& ls) {
+__host__ __device__ inline void load_ls(const uint8_t* dec, int lane, int warp, Ls& ls) {
   for (int mt = 0; mt < kMT; ++mt)
     for (int h = 0; h < 2; ++h) {
-      const uint8_t* p = st + Geo<false>::kSOff + elem_row(lane, warp, mt, 2 * h) * 16;
+      const uint8_t* p = dec + Geo<false>::kSOff + elem_row(lane, warp, mt, 2 * h) * 16;
       ls.w[mt][h][0] = ld_u32(p);
       ls.w[mt][h][1] = ld_u32(p + 4);
     }
@@ -284,26 +311,28 @@ __host__ __device__ inline void iq2_group(IAcc<false>& a, const Ls& ls, int ks, 
   }
 }
 // IQ2_XXS, end of a superblock: sum += (d_w * d_a) * float(bsum).
-__host__ __device__ inline void iq2_term(FAcc<false>& f, const IAcc<false>& a, const uint8_t* st, int lane, int warp) {
+__host__ __device__ inline void iq2_term(FAcc<false>& f, const IAcc<false>& a, const uint8_t* dec, const uint8_t* st,
+                                         int lane, int warp) {
   using G = Geo<false>;
   for (int mt = 0; mt < kMT; ++mt)
     for (int nt = 0; nt < G::kNT; ++nt)
       for (int i = 0; i < 4; ++i) {
-        const float dw = ld_f32(st + G::kDOff + elem_row(lane, warp, mt, i) * 4);
+        const float dw = ld_f32(dec + G::kDOff + elem_row(lane, warp, mt, i) * 4);
         const float da = ld_f32(st + G::kAdOff + elem_col<false>(lane, warp, nt, i) * 4);
         f.v[0][mt][nt][i] = f_add(f.v[0][mt][nt][i], f_mul(f_mul(dw, da), i2f(a.v[mt][nt][i])));
       }
 }
 // Q2_K, end of a superblock: slot += (d_a*d)*isum - (d_a*dmin)*summs.
 template <int SLOT>
-__host__ __device__ inline void q2k_term(FAcc<true>& f, const IAcc<true>& a, const uint8_t* st, int lane, int warp) {
+__host__ __device__ inline void q2k_term(FAcc<true>& f, const IAcc<true>& a, const uint8_t* dec, const uint8_t* st,
+                                         int lane, int warp) {
   using G = Geo<true>;
   for (int mt = 0; mt < kMT; ++mt)
     for (int nt = 0; nt < G::kNT; ++nt)
       for (int i = 0; i < 4; ++i) {
         const int r = elem_row(lane, warp, mt, i);
         const float da = ld_f32(st + G::kAdOff + elem_col<true>(lane, warp, nt, i) * 4);
-        const float dall = f_mul(da, ld_f32(st + G::kDOff + r * 4)), dmin = f_mul(da, ld_f32(st + G::kMOff + r * 4));
+        const float dall = f_mul(da, ld_f32(dec + G::kDOff + r * 4)), dmin = f_mul(da, ld_f32(dec + G::kMOff + r * 4));
         const float t = f_sub(f_mul(dall, i2f(a.v[mt][nt][i])), f_mul(dmin, i2f(a.m[mt][nt][i])));
         f.v[SLOT][mt][nt][i] = f_add(f.v[SLOT][mt][nt][i], t);
       }

@@ -1,7 +1,8 @@
 // The tensor-core routed-expert kernels' per-thread code (src/compute/cuda/gemm_moe_mma.cuh) run
-// on the host in k_moe_mma's order (gemm_moe_mma.cu: stage 0 filled, then per superblock in
-// visiting order: integer sums by mma per 32-value step, the superblock's term into its slot,
-// the next stage filled), with mma.sync m16n8k32 .s8 modelled from the PTX fragment tables
+// on the host in k_moe_mma's order (gemm_moe_mma.cu: stage 0's copies issued, then per
+// superblock in visiting order: the next stage's copies (cp.async emulated: the raw words of
+// each row's superblock, no byte read outside the weights), the decode of this one's raw bytes,
+// integer sums by mma per 32-value step, the superblock's term into its slot), with mma.sync m16n8k32 .s8 modelled from the PTX fragment tables
 // (as test_gemm_mma_host.cpp), against quant::vec_dot (IQ2_XXS and Q2_K against Q8_K rows):
 // every output equal bit for bit and written once. Also: the sign table, the visiting order,
 // the tile -> expert search, and mma_moe's whole sequence (grouping, the three emulated
@@ -66,20 +67,20 @@ struct Case {
 
 // One superblock (stage st) for all 256 threads, into fa[thread] (SLOT), as superblock<>.
 template <bool Q2K, int SLOT>
-void superblock_host(std::vector<FAcc<Q2K>>& fa, const uint8_t* st) {
+void superblock_host(std::vector<FAcc<Q2K>>& fa, const uint8_t* dec, const uint8_t* st) {
   constexpr bool q2k = Q2K;
   for (int warp = 0; warp < kThreads / 32; ++warp) {
     IAcc<Q2K> ia[32];
     Ls ls[32];
     for (auto& a : ia) clear(a);
     if (!q2k)
-      for (int lane = 0; lane < 32; ++lane) load_ls(st, lane, warp, ls[lane]);
+      for (int lane = 0; lane < 32; ++lane) load_ls(dec, lane, warp, ls[lane]);
     for (int ks = 0; ks < 8; ++ks) {
       Frags<Q2K> fr[32];
       uint32_t am[32][kMT][4];
       for (int lane = 0; lane < 32; ++lane) {
-        load_frags(st, lane, warp, ks, fr[lane]);
-        if (q2k) load_min_frags(st, lane, warp, ks, am[lane]);
+        load_frags(dec, st, lane, warp, ks, fr[lane]);
+        if (q2k) load_min_frags(dec, lane, warp, ks, am[lane]);
       }
       for (int mt = 0; mt < kMT; ++mt)
         for (int nt = 0; nt < Geo<Q2K>::kNT; ++nt) {
@@ -110,9 +111,9 @@ void superblock_host(std::vector<FAcc<Q2K>>& fa, const uint8_t* st) {
     }
     for (int lane = 0; lane < 32; ++lane) {
       if constexpr (Q2K)
-        q2k_term<SLOT>(fa[warp * 32 + lane], ia[lane], st, lane, warp);
+        q2k_term<SLOT>(fa[warp * 32 + lane], ia[lane], dec, st, lane, warp);
       else
-        iq2_term(fa[warp * 32 + lane], ia[lane], st, lane, warp);
+        iq2_term(fa[warp * 32 + lane], ia[lane], dec, st, lane, warp);
     }
   }
 }
@@ -126,30 +127,69 @@ struct LoopH {
   int nsb, idx;
 };
 
+// issue_stage's copies (cp.async: raw 16-byte pieces of each row's superblock, reading only
+// raw_piece_bytes of each, the rest zeros; rows past n_out not copied) and act_piece's bytes.
 template <bool Q2K>
-void fill_host(LoopH& L, int sb, uint8_t* st) {
+void issue_host(LoopH& L, int sb, uint8_t* st) {
+  using G = Geo<Q2K>;
   const Case& C = *L.C;
-  const int kBB = C.q2k ? 84 : 66;
-  for (int item = 0; item < Geo<Q2K>::kItemsW; ++item) {
-    const int row = item / 8, c = item % 8;
+  for (int row = 0; row < kBM; ++row) {
     const int64_t o = L.o0 + row;
-    const uint8_t* blk = o < C.n_out ? C.w.data() + o * C.row_stride + sb * kBB : nullptr;
-    if (C.q2k)
-      decode_q2k_item(blk, c, st, row);
-    else
-      decode_iq2_item(blk, c, quant::iq2xxs_grid, st, row);
+    if (o >= C.n_out) continue;
+    const uint8_t* blk = C.w.data() + o * C.row_stride + sb * G::kSbBytes;
+    const int lead = raw_lead(blk);
+    for (int w = 0; w < G::kRawChunks; ++w) {
+      const uint8_t* src = blk - lead + 16 * w;
+      const int n = raw_piece_bytes<Q2K>(lead, w);
+      uint8_t* dst = st + G::kRawWOff + row * G::kRawPitch + 16 * w;
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(src) % 16, 0u);
+      if (n > 0) {
+        ASSERT_GE(src, C.w.data()) << "read before the weights";
+        ASSERT_LE(src + n, C.w.data() + C.w.size()) << "read past the weights";
+      }
+      std::memset(dst, 0, 16);
+      std::memcpy(dst, src, static_cast<size_t>(n));
+    }
   }
-  for (int i = 0; i < Geo<Q2K>::kItemsA; ++i) {
+  for (int i = 0; i < G::kItemsA; ++i) {
     const int p = L.pair[i / 16];
     act_piece<Q2K>(C.aqs.data(), C.ad.data(), C.n_in, p < 0 ? -1 : p / L.act_div, sb, i, st);
   }
 }
 
+// decode_stage: the stage's raw superblock of every row into dec.
+template <bool Q2K>
+void decode_host(LoopH& L, int sb, const uint8_t* st, uint8_t* dec) {
+  using G = Geo<Q2K>;
+  const Case& C = *L.C;
+  for (int item = 0; item < G::kItemsW; ++item) {
+    const int row = item / 8, c = item % 8;
+    const int64_t o = L.o0 + row;
+    const uint8_t* blk = nullptr;
+    if (o < C.n_out) {
+      blk = C.w.data() + o * C.row_stride + sb * G::kSbBytes;
+      if constexpr (G::kStaged) blk = st + G::kRawWOff + row * G::kRawPitch + raw_lead(blk);
+    }
+    if constexpr (Q2K)
+      decode_q2k_item(blk, c, dec, row);
+    else
+      decode_iq2_item(blk, c, quant::iq2xxs_grid, dec, row);
+  }
+}
+
+// k_moe_mma's step: the stage of L.idx (issued a step earlier), the next one's copies, decode,
+// compute.
 template <bool Q2K, int SLOT>
 void step_host(std::vector<FAcc<Q2K>>& fa, LoopH& L) {
-  constexpr int kStage = Geo<Q2K>::kStageBytes;
-  superblock_host<Q2K, SLOT>(fa, L.smem.data() + (L.idx & 1) * kStage);
-  if (L.idx + 1 < L.nsb) fill_host<Q2K>(L, sb_at(Q2K, L.nsb, L.idx + 1), L.smem.data() + ((L.idx + 1) & 1) * kStage);
+  using G = Geo<Q2K>;
+  uint8_t* dec = L.smem.data();
+  uint8_t* st = dec + G::kDecBytes + (L.idx & 1) * G::kStageBytes;
+  if (L.idx + 1 < L.nsb) {
+    issue_host<Q2K>(L, sb_at(Q2K, L.nsb, L.idx + 1), dec + G::kDecBytes + ((L.idx + 1) & 1) * G::kStageBytes);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  decode_host<Q2K>(L, sb_at(Q2K, L.nsb, L.idx), st, dec);
+  superblock_host<Q2K, SLOT>(fa, dec, st);
   ++L.idx;
 }
 
@@ -157,7 +197,7 @@ template <int S>
 void q2k_segment_host(std::vector<FAcc<true>>& fa, LoopH& L) {
   for (auto& f : fa) clear_slot<seg_slot(S)>(f);
   const int n = seg_count_sb(L.nsb, S);
-  for (int j = 0; j < n; ++j) step_host<true, seg_slot(S)>(fa, L);
+  for (int j = 0; j < n && !testing::Test::HasFatalFailure(); ++j) step_host<true, seg_slot(S)>(fa, L);
   for (auto& f : fa) end_segment<S>(f);
 }
 
@@ -175,7 +215,8 @@ void emulate_tile_t(const Case& C, int64_t o0, const std::vector<int>& pair, std
   L.act_div = act_div;
   L.nsb = static_cast<int>(C.n_in / 256);
   L.idx = 0;
-  fill_host<Q2K>(L, sb_at(Q2K, L.nsb, 0), L.smem.data());
+  issue_host<Q2K>(L, sb_at(Q2K, L.nsb, 0), L.smem.data() + Geo<Q2K>::kDecBytes);
+  if (testing::Test::HasFatalFailure()) return;
   std::vector<FAcc<Q2K>> fa(kThreads);
   for (auto& f : fa) {
     float* p = &f.v[0][0][0][0];
@@ -192,7 +233,7 @@ void emulate_tile_t(const Case& C, int64_t o0, const std::vector<int>& pair, std
     q2k_segment_host<7>(fa, L);
   } else {
     for (auto& f : fa) clear_slot<0>(f);
-    for (int j = 0; j < L.nsb; ++j) step_host<false, 0>(fa, L);
+    for (int j = 0; j < L.nsb && !testing::Test::HasFatalFailure(); ++j) step_host<false, 0>(fa, L);
   }
   ASSERT_EQ(L.idx, L.nsb);
   const int ntok = static_cast<int>(pair.size());
