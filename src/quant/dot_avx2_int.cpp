@@ -189,4 +189,15 @@ float vec_dot_q4_K_q8_K_avx2(const void* w, const void* act, int64_t n) {
                      });
 }
 
+// Rows x tokens (kernels.h): the per-row kernel for each (row, token), tokens inner so that a
+// row stays in L1 while every token passes over it.
+void gemm_q2_K_avx2(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride, int64_t tokens,
+                    float* y, int64_t y_stride, int64_t n) {
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const auto* ab = static_cast<const uint8_t*>(act);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t t = 0; t < tokens; ++t)
+      y[t * y_stride + r] = vec_dot_q2_K_q8_K_avx2(wb + static_cast<size_t>(r) * w_stride, ab + static_cast<size_t>(t) * act_stride, n);
+}
+
 }  // namespace ds4::quant
