@@ -119,8 +119,12 @@ static inline __m256i sub_block(const uint8_t* qs, const Decoded& dec, const int
   const __m256i& sgn = (ib & 2) ? dec.sign_hi : dec.sign_lo;
   const __m256i& lsv = (ib & 2) ? dec.ls_hi : dec.ls_lo;
   const uint8_t* gi = qs + 8 * ib;
-  const __m256i grid = _mm256_set_epi64x(static_cast<long long>(iq2xxs_grid[gi[3]]), static_cast<long long>(iq2xxs_grid[gi[2]]),
-                                         static_cast<long long>(iq2xxs_grid[gi[1]]), static_cast<long long>(iq2xxs_grid[gi[0]]));
+  // Broadcast loads and dword blends: no shuffle-port work (set_epi64x takes three inserts).
+  const auto* g = reinterpret_cast<const long long*>(iq2xxs_grid);
+  __m256i grid = _mm256_castsi128_si256(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(g + gi[0])));
+  grid = _mm256_blend_epi32(grid, _mm256_set1_epi64x(g[gi[1]]), 0x0c);
+  grid = _mm256_blend_epi32(grid, _mm256_set1_epi64x(g[gi[2]]), 0x30);
+  grid = _mm256_blend_epi32(grid, _mm256_set1_epi64x(g[gi[3]]), 0xc0);
   // Byte j of group l negative exactly when bit j of sign byte l is set (saturating add of 0x7f).
   const __m256i sel = _mm256_adds_epu8(_mm256_and_si256(_mm256_shuffle_epi8(sgn, c.spread[k]), c.bitsel), c.sat7f);
   const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q8 + 32 * ib));
@@ -129,7 +133,7 @@ static inline __m256i sub_block(const uint8_t* qs, const Decoded& dec, const int
 }
 
 // The 8 lanes of one block's integer sum (the block sum is their total). q8 must hold no -128.
-static inline __m256i block_lanes(const BlockIQ2_XXS& blk, const int8_t* q8, const Consts& c) {
+__attribute__((always_inline)) static inline __m256i block_lanes(const BlockIQ2_XXS& blk, const int8_t* q8, const Consts& c) {
   const uint8_t* qs = reinterpret_cast<const uint8_t*>(blk.qs);
   const Decoded dec = decode_signs_scales(qs, c);
   // Two accumulators: the sub-blocks are independent, so their latencies overlap.
@@ -210,6 +214,7 @@ __attribute__((target("f16c"))) void gemm_iq2_xxs_avx2(const void* w, size_t w_s
       const BlockIQ2_XXS* x[8];
       for (int k = 0; k < 8; ++k) x[k] = reinterpret_cast<const BlockIQ2_XXS*>(wb + static_cast<size_t>(r + k) * w_stride);
       for (int64_t t = t0; t < t1; ++t) {
+        const bool prefetch = t == t0 && r + 16 <= rows;
         const void* at = ab + static_cast<size_t>(t) * act_stride;
         float* yt = y + t * y_stride + r;
         if (exact_token[t - t0]) {
@@ -221,6 +226,15 @@ __attribute__((target("f16c"))) void gemm_iq2_xxs_avx2(const void* w, size_t w_s
         for (int64_t b = 0; b < nb; ++b) {
           const int8_t* q8 = yb[b].qs;
           __m256i lanes[8];
+          // The next group of rows is fetched while this one is decoded (the lines of block b
+          // of each of its rows: a block may straddle two).
+          if (prefetch) {
+            for (int k = 0; k < 8; ++k) {
+              const char* p = reinterpret_cast<const char*>(x[k] + b) + 8 * w_stride;
+              _mm_prefetch(p, _MM_HINT_T0);
+              _mm_prefetch(p + sizeof(BlockIQ2_XXS) - 1, _MM_HINT_T0);
+            }
+          }
           for (int k = 0; k < 8; ++k) lanes[k] = block_lanes(x[k][b], q8, c);
           const __m128i dh = _mm_setr_epi16(static_cast<short>(x[0][b].d), static_cast<short>(x[1][b].d),
                                             static_cast<short>(x[2][b].d), static_cast<short>(x[3][b].d),
