@@ -123,6 +123,39 @@ TEST(GemmAvx2, RowGroupKernelsEqualScalar) {
   }
 }
 
+// The AVX2 Q8_0 dot multiplies |w| by a * sign(w) with maddubs, which is exact unless an
+// activation byte is -128 (it then takes the widening kernel): weights with any bytes, -128
+// included, activations with and without -128, extreme halves on both sides, every block
+// count remainder mod 8.
+TEST(GemmAvx2, Q8_0DotEqualsScalar) {
+#if DS4_HAVE_AVX2_BUILD
+  if (!quant::have_avx2()) GTEST_SKIP() << "CPU without AVX2/FMA/F16C";
+  std::mt19937 rng(1618);
+  for (int rep = 0; rep < 400; ++rep) {
+    const int nb = 1 + static_cast<int>(rng() % 41);
+    const int mode = rep % 3;  // 0: plain, 1: extreme scales, 2: -128 allowed in the activations
+    auto w = random_bytes(rng, 34 * static_cast<size_t>(nb)), a = random_bytes(rng, 34 * static_cast<size_t>(nb));
+    for (int b = 0; b < nb; ++b) {
+      const uint16_t hw = mode == 1 ? edge_or_random_half(rng) : static_cast<uint16_t>(0x0400 + rng() % 0x7400);
+      const uint16_t ha = mode == 1 ? edge_or_random_half(rng) : static_cast<uint16_t>(0x0400 + rng() % 0x7400);
+      std::memcpy(&w[34 * b], &hw, 2);
+      std::memcpy(&a[34 * b], &ha, 2);
+      if (rng() % 8 == 0)
+        for (int i = 0; i < 32; ++i) w[34 * b + 2 + i] = 0x80;  // all -128 weights
+      for (int i = 0; i < 32; ++i) {
+        uint8_t& q = a[34 * b + 2 + i];
+        if (mode != 2 && q == 0x80) q = 0x81;
+      }
+    }
+    const int64_t n = 32 * nb;
+    expect_same(quant::vec_dot_q8_0_q8_0_scalar(w.data(), a.data(), n), quant::vec_dot_q8_0_q8_0_avx2(w.data(), a.data(), n),
+                "q8_0 nb=" + std::to_string(nb) + " mode=" + std::to_string(mode));
+  }
+#else
+  GTEST_SKIP() << "built without the AVX2 kernels";
+#endif
+}
+
 // Real quantized rows and activations (what a model runs), through gemm_kernel's choice.
 TEST(GemmAvx2, QuantizedRowsThroughGemmKernel) {
   if (!quant::have_avx2()) GTEST_SKIP() << "CPU without AVX2/FMA/F16C";
