@@ -163,8 +163,8 @@ inline void q4_K_block_sums(const BlockQ4_K& x, const BlockQ8_K& y, const __m256
   *summs = _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y.bsums)), mins);
 
   const __m256i m15 = _mm256_set1_epi8(0xF);
-  __m256i sumi = _mm256_setzero_si256();
-  for (int c = 0; c < 4; ++c) {
+  // Written out (GCC kept the loop over the four 32-byte chunks rolled); two accumulators.
+  auto chunk = [&](int c, __m256i* acc_lo, __m256i* acc_hi) {
     const __m256i q4 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs + 32 * c));
     const __m256i lo = _mm256_and_si256(q4, m15);
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m15);
@@ -173,9 +173,15 @@ inline void q4_K_block_sums(const BlockQ4_K& x, const BlockQ8_K& y, const __m256
     // codes <= 15, |q8| <= 128: pair sums <= 3840, no int16 saturation.
     const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, a0), _mm256_shuffle_epi8(scales, scale_mask[2 * c]));
     const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, a1), _mm256_shuffle_epi8(scales, scale_mask[2 * c + 1]));
-    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
-  }
-  *isum = sumi;
+    *acc_lo = c == 0 ? p0 : _mm256_add_epi32(*acc_lo, p0);
+    *acc_hi = c == 0 ? p1 : _mm256_add_epi32(*acc_hi, p1);
+  };
+  __m256i acc0, acc1;
+  chunk(0, &acc0, &acc1);
+  chunk(1, &acc0, &acc1);
+  chunk(2, &acc0, &acc1);
+  chunk(3, &acc0, &acc1);
+  *isum = _mm256_add_epi32(acc0, acc1);
 }
 
 // Shared K-quant driver. Eight blocks at a time: their integer sums are transposed into
