@@ -68,9 +68,10 @@ using GemmFn = void (*)(const void* w, size_t w_stride, int64_t rows, const void
                         int64_t tokens, float* y, int64_t y_stride, int64_t n);
 
 #if DS4_HAVE_AVX2_BUILD
-// --- AVX2 rows x tokens products for CPUs without AVX-512 VNNI (few tokens, decode): several
-// weight rows per pass with their float steps in vector lanes, each lane the scalar kernel's
-// sequence for its row; same floats as the scalar kernels bit for bit.
+// --- AVX2 rows x tokens products for CPUs without AVX-512 VNNI (few tokens, decode); same
+// floats as the scalar kernels bit for bit. IQ2_XXS: 8 weight rows per pass with their float
+// steps in vector lanes, each lane the scalar kernel's sequence for its row. Q2_K: the per-row
+// kernel for each (row, token), tokens inner (its float work is already 8 blocks per vector).
 void gemm_q2_K_avx2(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride, int64_t tokens,
                     float* y, int64_t y_stride, int64_t n);  // dot_avx2_int.cpp
 #if DS4_HAVE_IQ2_XXS_AVX2
