@@ -4,7 +4,11 @@
 // --reps passes over --copies copies of the matrix (so that one pass does not run from L1/L2;
 // on a CPU with a large L3 the copies may still fit there). Prints one table row per (format, shape, tokens).
 //
-//   build/bench/gemm_bench [--reps N] [--copies N]
+//   build/bench/gemm_bench [--reps N] [--copies N] [--only FORMAT] [--max-tokens N]
+//
+// --only FORMAT keeps the shapes of one format (q8_0, iq2_xxs, q2_K, q4_K, f16), --max-tokens
+// drops the larger batch sizes. With DS4_NO_AVX512=1 this times the AVX2 path (what a CPU
+// without AVX-512 runs): "blocked" is then the AVX2 row-group kernel where gemm_kernel has one.
 //
 // --stream MB instead streams one Q8_0 matrix of MB megabytes (rows of 4096, far larger than
 // the caches) through the one-token kernels on one thread and prints GB/s for the blocked
@@ -203,12 +207,16 @@ int main(int argc, char** argv) {
   int reps = 3, copies = 8;
   double stream_mb = 0;
   int experts_copies = 0;
+  std::string only;
+  int64_t max_tokens = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--reps") reps = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--copies") copies = std::max(1, std::atoi(argv[i + 1]));
     else if (a == "--stream") stream_mb = std::atof(argv[i + 1]);
     else if (a == "--experts") experts_copies = std::max(1, std::atoi(argv[i + 1]));
+    else if (a == "--only") only = argv[i + 1];
+    else if (a == "--max-tokens") max_tokens = std::max(1, std::atoi(argv[i + 1]));
   }
 #if DS4_HAVE_AVX512_BUILD && DS4_HAVE_IQ2_XXS
   if (experts_copies > 0) return experts(experts_copies, reps);
@@ -222,12 +230,13 @@ int main(int argc, char** argv) {
                           {GgmlType::F16, 24, 16384, "hc_attn_fn"},
                           {GgmlType::F16, 256, 4096, "ffn_gate_inp"}};
   const int64_t token_counts[] = {1, 2, 3, 4, 8, 16, 64};
-  fmt::print("AVX-512 VNNI kernels: {}\n", quant::have_avx512_vnni() ? "yes" : "no (blocked rows skipped)");
+  fmt::print("AVX-512 VNNI kernels: {}\n", quant::have_avx512_vnni() ? "yes" : "no (blocked: the AVX2 row-group kernels where there are any)");
   fmt::print("| format | shape (rows x n) | tensor | tokens | blocked ms | per-row ms | per-row / blocked |\n");
   fmt::print("|---|---|---|---|---|---|---|\n");
   std::mt19937 rng(16);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Shape& s : shapes) {
+    if (!only.empty() && only != traits(s.type).name) continue;
     const size_t rb = row_bytes(traits(s.type), static_cast<uint64_t>(s.n));
     std::vector<float> wf(static_cast<size_t>(s.rows * s.n)), imat(static_cast<size_t>(s.n), 1.0f);
     for (auto& v : wf) v = nd(rng);
@@ -239,6 +248,7 @@ int main(int argc, char** argv) {
     const quant::GemmKernel gemm = quant::gemm_kernel(s.type);
     const quant::DotKernel dot = quant::dot_kernel(s.type);
     for (int64_t T : token_counts) {
+      if (T > max_tokens) break;
       std::vector<float> x(static_cast<size_t>(T * s.n));
       for (auto& v : x) v = nd(rng);
       std::vector<uint8_t> a(ab * static_cast<size_t>(T));

@@ -67,6 +67,19 @@ void dequantize_row_bf16_avx2(const void* src, float* dst, int64_t n);
 using GemmFn = void (*)(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                         int64_t tokens, float* y, int64_t y_stride, int64_t n);
 
+#if DS4_HAVE_AVX2_BUILD
+// --- AVX2 rows x tokens products for CPUs without AVX-512 VNNI (few tokens, decode); same
+// floats as the scalar kernels bit for bit. IQ2_XXS: 8 weight rows per pass with their float
+// steps in vector lanes, each lane the scalar kernel's sequence for its row. Q2_K: the per-row
+// kernel for each (row, token), tokens inner (its float work is already 8 blocks per vector).
+void gemm_q2_K_avx2(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride, int64_t tokens,
+                    float* y, int64_t y_stride, int64_t n);  // dot_avx2_int.cpp
+#if DS4_HAVE_IQ2_XXS_AVX2
+void gemm_iq2_xxs_avx2(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
+                       int64_t tokens, float* y, int64_t y_stride, int64_t n);  // iq2_xxs_avx2.cpp
+#endif
+#endif
+
 #if DS4_HAVE_AVX512_BUILD
 // --- gemm_avx512.cpp (AVX-512 F/BW/VL/DQ + VNNI + BMI2; run-time checked in quant.cpp) ---
 void gemm_q8_0_avx512(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,

@@ -395,7 +395,10 @@ int64_t gemm_min_tokens(GgmlType weight_type) {
   switch (weight_type) {
     case GgmlType::Q8_0: return 1;
     case GgmlType::IQ2_XXS:
-    case GgmlType::Q2_K: return cpu_has_avx512_vbmi() ? 1 : 2;  // the few-token kernels need VBMI
+    case GgmlType::Q2_K:
+      // The AVX-512 few-token kernels need VBMI; without AVX-512 the AVX2 row-group kernels
+      // serve every batch size.
+      return cpu_has_avx512_vbmi() || !cpu_has_avx512_vnni() ? 1 : 2;
     case GgmlType::Q4_K: return 3;  // the panel decode (codes, 6-bit scales) costs 2.5 per-row passes
     default: return 2;  // Q2_K, IQ2_XXS, F16
   }
@@ -420,6 +423,17 @@ GemmKernel gemm_kernel(GgmlType weight_type) {
       case GgmlType::Q4_K: return gemm_q4_K_avx512;
       case GgmlType::IQ2_XXS: return cpu_has_avx512_vbmi() ? gemm_iq2_xxs_avx512vbmi : gemm_iq2_xxs_avx512;
       case GgmlType::F16: return gemm_f16_avx512;  // equals the AVX2 kernel, which this CPU has
+      default: break;
+    }
+  }
+#endif
+#if DS4_HAVE_AVX2_BUILD
+  if (cpu_has_avx2()) {
+    switch (weight_type) {
+      case GgmlType::Q2_K: return gemm_q2_K_avx2;
+#if DS4_HAVE_IQ2_XXS_AVX2
+      case GgmlType::IQ2_XXS: return gemm_iq2_xxs_avx2;
+#endif
       default: break;
     }
   }

@@ -67,7 +67,8 @@ DotKernel dot_kernel(GgmlType weight_type);
 // vec_dot_type), for r < rows and t < tokens. Each weight block is decoded once per call and
 // serves every token. Results equal dot_kernel's bit for bit (tested). Null when this CPU
 // has no blocked kernel for the type (today: Q8_0, Q2_K, Q4_K, IQ2_XXS and F16 with AVX-512 + VNNI;
-// F16 activations are f32 rows, and its result is the AVX2 float kernel's); the
+// F16 activations are f32 rows, and its result is the AVX2 float kernel's; without AVX-512 VNNI,
+// IQ2_XXS and Q2_K with AVX2: row-group kernels, kernels.h gemm_*_avx2); the
 // caller then loops over dot_kernel. No argument checks, as for dot_kernel.
 using GemmKernel = void (*)(const void* w, size_t w_stride, int64_t rows, const void* act, size_t act_stride,
                             int64_t tokens, float* y, int64_t y_stride, int64_t n);
@@ -75,7 +76,8 @@ GemmKernel gemm_kernel(GgmlType weight_type);
 
 // The batch size from which gemm_kernel(weight_type) is faster than dot_kernel row by row on
 // this machine's kernels (bench/gemm_bench, docs/BENCHMARKS.md): 1 for Q8_0, 2 for Q2_K,
-// IQ2_XXS and F16, 3 for Q4_K (one token: decoding a panel costs more than one pass of the per-row kernel).
+// IQ2_XXS and F16, 3 for Q4_K (one token: decoding a panel costs more than one pass of the per-row kernel);
+// 1 for IQ2_XXS and Q2_K with the AVX-512 VBMI few-token kernels or the AVX2 row-group kernels.
 // Either choice gives the same floats. Meaningless when gemm_kernel returns null.
 int64_t gemm_min_tokens(GgmlType weight_type);
 
