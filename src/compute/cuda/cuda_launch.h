@@ -24,6 +24,15 @@ inline bool env_switch(const char* name, bool on_by_default) {
   if (!v || !*v) return on_by_default;
   return std::strcmp(v, "0") != 0;
 }
+// A backend size from the environment: a whole number in [lo, hi], else (unset, empty, not a
+// number, out of range) `fallback`. Read once by callers, as env_switch.
+inline long env_int(const char* name, long fallback, long lo, long hi) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return (*end == 0 && n >= lo && n <= hi) ? n : fallback;
+}
 
 // DS4_CUDA_PDL=1 (read once). Off by default until measured on a GPU.
 bool pdl_enabled();

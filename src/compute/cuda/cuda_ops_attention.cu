@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "compute/cuda/attention_tiled.h"
 #include "compute/cuda/attn_rows.cuh"
@@ -60,11 +59,7 @@ constexpr int kAttnRows = 1;   // rows per block in the scores kernel of one que
 // tiny blocks (block scheduling, not arithmetic, then bounds the kernel), so each takes more.
 // DS4_CUDA_ATTN_ROWS=N (1..256) overrides it, to measure the choice.
 int attn_rows_chunk() {
-  static const int n = [] {
-    const char* v = std::getenv("DS4_CUDA_ATTN_ROWS");
-    const int r = v ? std::atoi(v) : 16;
-    return r < 1 ? 1 : r > 256 ? 256 : r;
-  }();
+  static const int n = static_cast<int>(env_int("DS4_CUDA_ATTN_ROWS", 16, 1, 256));
   return n;
 }
 
