@@ -238,6 +238,13 @@ class Backend {
   // fewer kernels but must give the same result.
   virtual void hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                            const float* norm_w, float norm_eps, float* x_in, float* post, float* comb);
+  // The attention sub-layer's q and kv after their projections, for `rows` tokens at positions
+  // pos0 + r: q (rows x [n_heads][head_dim]) RMS-normalized per head without a weight, kv (rows x
+  // head_dim) with kv_norm, both rotated by rope_tail(freqs), then kv's first n_round values
+  // rounded to FP8 (n_round 0: none). The default runs those five ops in that order; a backend
+  // may fuse them but must give the same values.
+  virtual void attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
+                             float eps, std::span<const double> freqs, int64_t pos0, int64_t n_round);
   // Hyper-connection post (spec §6.3), per row r: X'[j] = post[j] y + sum_i comb[i][j] X[i]
   // (y: rows x n, X/Xout: rows x [n_hc][n], post: rows x n_hc, comb: rows x n_hc x n_hc). Xout != X.
   virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,

@@ -80,6 +80,15 @@ void Backend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t 
   if (norm) rms_norm(x_in, norm_w, p.n, rows, norm_eps, x_in);
 }
 
+void Backend::attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
+                            float eps, std::span<const double> freqs, int64_t pos0, int64_t n_round) {
+  rms_norm(q, nullptr, head_dim, rows * n_heads, eps, q);
+  rms_norm(kv, kv_norm, head_dim, rows, eps, kv);
+  rope_tail(q, rows, n_heads, head_dim, freqs, pos0, 1, false);
+  rope_tail(kv, rows, 1, head_dim, freqs, pos0, 1, false);
+  if (n_round > 0) act_round(kv, rows, head_dim, n_round, ActRound::Fp8);
+}
+
 const int32_t* Backend::step_record_begin(const StepKey&, int64_t, int32_t) {
   fail("the {} backend does not record decode steps", name());
 }

@@ -130,10 +130,14 @@ __global__ void __launch_bounds__(32 * kSWarps, 2) k_attn_scores_tiled(const flo
 // Thread = one dim of 16 heads: each row element it loads serves 16 products; the weights of a
 // stage of rows sit in shared memory as [row][head] (a row's 16 weights: four broadcast float4
 // loads). o = (0 + e_0 v_0 + e_1 v_1 + ...) * inv in row order, product then sum as the CPU.
-constexpr int kOHeads = 16, kOThreads = 128, kOStage = 256, kOPitch = kOHeads + 4, kOAhead = 8;
+// kOHeads is 16 for a chunk of queries; one query takes 4 (4x the blocks: 16 gave 16 blocks in
+// all for the Flash shape, too few to hide the rows' loads).
+constexpr int kOThreads = 128, kOStage = 256, kOAhead = 8;
 
+template <int kOHeads>
 __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, const float* inv, int64_t n_heads,
                                                               int64_t head_dim, AttnRows kv, float* out, int* err) {
+  constexpr int kOPitch = kOHeads + 4;
   pdl_begin();
   __shared__ const float* rows_sh[kOStage];
   __shared__ __align__(16) float e_sh[kOStage * kOPitch];
@@ -187,10 +191,12 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 
 }  // namespace
 
-bool attn_tiled_applies(int64_t head_dim, int64_t n_queries) {
+bool attn_tiled_applies(int64_t head_dim, int64_t n_queries, int part) {
   static const bool on = env_switch("DS4_CUDA_ATTN_TILED", true);
+  // One query (decode): DS4_CUDA_ATTN_TILED1 = 1 scores, 2 weighted rows, 3 both (A/B).
+  static const int one = static_cast<int>(env_int("DS4_CUDA_ATTN_TILED1", 0, 0, 3));
   const bool steps_ok = head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512;
-  return on && n_queries > 1 && steps_ok;
+  return on && steps_ok && (n_queries > 1 || (one & part) != 0);
 }
 
 void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
@@ -206,8 +212,13 @@ void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const 
 
 void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
                     float* out, int* err, unsigned n_queries, cudaStream_t s) {
-  const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, kOHeads), n_queries);
-  launch(k_attn_out_tiled, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
+  if (n_queries == 1) {
+    const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, 4), 1);
+    launch(k_attn_out_tiled<4>, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
+  } else {
+    const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, 16), n_queries);
+    launch(k_attn_out_tiled<16>, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
+  }
 }
 
 }  // namespace ds4::cuda

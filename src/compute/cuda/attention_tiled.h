@@ -12,8 +12,9 @@
 
 namespace ds4::cuda {
 
-// Head dims of 64, 128, 256 or 512 (q held in registers), chunks of more than one query.
-bool attn_tiled_applies(int64_t head_dim, int64_t n_queries);
+// Head dims of 64, 128, 256 or 512 (q held in registers), chunks of more than one query, or
+// one query where DS4_CUDA_ATTN_TILED1 names `part` (1 scores, 2 weighted rows).
+bool attn_tiled_applies(int64_t head_dim, int64_t n_queries, int part);
 // S[z][h][r] = dot(q_z,h, row r) * scale for the visited rows of query z (NaN for a bad index).
 void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
                        int* err, unsigned n_queries, cudaStream_t s);

@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
   void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, std::span<const double> freqs,
                  int64_t pos0, int64_t pos_step, bool inverse) override;
   void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) override;
+  void attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
+                     float eps, std::span<const double> freqs, int64_t pos0, int64_t n_round) override;
   void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights,
               float* h) override;
   void add(float* y, const float* x, int64_t n) override;
@@ -156,6 +158,7 @@ class CudaBackend final : public Backend {
   bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
   bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
+  bool fuse_qkv_ = true;                 // DS4_CUDA_FUSE_QKV=0: attn_qkv_prep as its five ops
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
@@ -315,6 +318,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   // each off for A/B.
   hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
+  fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
@@ -779,8 +783,33 @@ void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t hea
   if (freqs.empty() || rows <= 0) return;
   if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
     fail("CUDA rope_tail: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
+  // One row: the rotated row's Q8_0 copy for the matmul that follows (the attention output
+  // before its grouped projection), as rms_norm and swiglu make theirs.
+  if (rows == 1) {
+    const cuda::Q8Out q = qact_prepare(1, n_heads * head_dim);
+    if (cuda::rope_tail_q8(x, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), dpos(pos0),
+                           inverse, q, stream_)) {
+      qact_commit(q, x, n_heads * head_dim);
+      return;
+    }
+  }
   cuda::rope_tail(x, rows, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), dpos(pos0),
                   pos_step, inverse, stream_);
+}
+
+void CudaBackend::attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim,
+                                const float* kv_norm, float eps, std::span<const double> freqs, int64_t pos0,
+                                int64_t n_round) {
+  if (!fuse_qkv_ || freqs.empty() || n_heads <= 0 || head_dim <= 0)
+    return Backend::attn_qkv_prep(q, kv, rows, n_heads, head_dim, kv_norm, eps, freqs, pos0, n_round);
+  qact_forget();
+  Prof prof(this, "attn_qkv_prep");
+  if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
+    fail("CUDA attn_qkv_prep: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
+  const float* wd = weight_f(kv_norm, head_dim, "attn_qkv_prep", "kv_norm");
+  if (!cuda::attn_qkv_prep(q, kv, rows, n_heads, head_dim, wd, eps, dev_freqs(freqs),
+                           static_cast<int64_t>(freqs.size()), dpos(pos0), n_round, stream_))
+    return Backend::attn_qkv_prep(q, kv, rows, n_heads, head_dim, kv_norm, eps, freqs, pos0, n_round);
 }
 
 void CudaBackend::act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, ActRound kind) {

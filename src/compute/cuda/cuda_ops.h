@@ -71,6 +71,14 @@ void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const 
 void store_row(float* ring, int64_t ring_rows, int64_t n, DevPos pos, const float* src, cudaStream_t s);
 // kind 0: FP8 E4M3 (blocks of 64), 1: Hadamard + FP4 E2M1 (blocks of 32; n_round a power of two).
 void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s);
+// rope_tail of one row that also writes the rotated row's Q8_0 copy to q; false (nothing
+// launched) where the shape does not allow it (n_heads * head_dim % 32, odd head_dim, no q).
+bool rope_tail_q8(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs, DevPos pos0,
+                  bool inverse, Q8Out q, cudaStream_t s);
+// Backend::attn_qkv_prep in one launch (FP8 round of kv's first n_round values); false (nothing
+// launched) for a shape it does not take (head_dim above 1536, more than 65535 rows).
+bool attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
+                   float eps, const double* freqs, int64_t n_pairs, DevPos pos0, int64_t n_round, cudaStream_t s);
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,
             cudaStream_t s, Q8Out q = {});
 // table: device rows of n_in elements (F32, F16, BF16, Q8_0, Q2_K, Q4_K).

@@ -425,7 +425,7 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
     kg.pos.off += g0;
     kg.n_comp.pos.off += g0;
     if (kg.idx && kg.idx_per_query) kg.idx += g0 * kg.n_idx;
-    const bool tiled = attn_tiled_applies(head_dim, n_queries);
+    const bool tiled = attn_tiled_applies(head_dim, n_queries, 1), tiled_out = attn_tiled_applies(head_dim, n_queries, 2);
     const int rpb = n_queries > 1 ? attn_rows_chunk() : kAttnRows;
     if (tiled)
       attn_scores_tiled(q + g0 * qn, n_heads, head_dim, kg, scale, S, err, nz, s);
@@ -435,7 +435,7 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
     check_launch("attention scores");
     launch(k_attn_softmax, dim3(static_cast<unsigned>(n_heads), 1, nz), 256, 0, s, S, kg, sinks, inv);
     check_launch("attention softmax");
-    if (tiled)
+    if (tiled_out)
       attn_out_tiled(S, inv, n_heads, head_dim, kg, out + g0 * qn, err, nz, s);
     else
       launch(k_attn_out, dim3(grid_for(head_dim, 32), hb, nz), 32 * kAttnHeads, 0, s, S, inv, n_heads, head_dim, kg,

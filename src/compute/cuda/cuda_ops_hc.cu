@@ -275,7 +275,7 @@ __global__ void __launch_bounds__(1024)
     k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc, int64_t n, const float* scale,
                    const float* base, int iters, float hc_eps, float rms_eps, bool norm, const float* norm_w,
                    float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q) {
-  pdl_begin();
+  pdl_trigger();
   extern __shared__ uint4 hsm4[];
   __shared__ bool last;
   __shared__ double ss_part[32];
@@ -290,10 +290,13 @@ __global__ void __launch_bounds__(1024)
     uint4* xd = hsm4;
     uint4* wd = reinterpret_cast<uint4*>(ws);
     if constexpr (kOverlap) {
-      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(smem_addr(xd + i), xv + i);
+      // The weight row first: it may be read before the streams are ready (pdl_trigger).
       for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) cp_async16(smem_addr(wd + i), wv + i);
+      pdl_wait();
+      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(smem_addr(xd + i), xv + i);
       cp_async_wait_all();
     } else {
+      pdl_wait();
       for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);
       for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) wd[i] = __ldg(wv + i);
     }

@@ -119,6 +119,30 @@ __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const d
   }
 }
 
+// One row (decode) with its Q8_0 copy: a warp per 32-value block (head_dim even, n % 32 == 0,
+// so a RoPE pair is two adjacent lanes of one block), k_rope_tail's arithmetic per pair, then the
+// block's Q8_0 quantization (quantize_row_q8_0) of the rotated values for the next matmul.
+__global__ void k_rope_tail_q8(float* x, int64_t n, int64_t head_dim, const double* freqs, int n_pairs, DevPos pos0,
+                               bool inverse, Q8Out q) {
+  pdl_begin();
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (b * 32 >= n) return;  // whole warp
+  const int lane = threadIdx.x & 31;
+  const int64_t i = 32 * b + lane, c = i % head_dim, first = head_dim - 2 * n_pairs;
+  float v = x[i];
+  const float other = __shfl_xor_sync(kFull, v, 1);
+  if (c >= first) {
+    const int k = static_cast<int>((c - first) / 2);
+    const double th = static_cast<double>(pos0.get()) * freqs[k];
+    const float cs = static_cast<float>(cos(th));
+    const double sd = sin(th);
+    const float sn = static_cast<float>(inverse ? -sd : sd);
+    v = (lane & 1) == 0 ? v * cs - other * sn : other * sn + v * cs;
+    x[i] = v;
+  }
+  q8_0_block_warp(v, lane, q.qs + 32 * b, q.d + b);
+}
+
 // ---- FP8 E4M3 / FP4 E2M1 round trips and the Hadamard transform (compute/numerics.cpp) -----
 
 __device__ inline float round_to_step_even(float ax, float step) {
@@ -161,9 +185,23 @@ __device__ inline float e2m1_round(float x) {
   return copysignf(round_to_step_even(ax, step), x);
 }
 
+// The FP8 round trip of the 64-value block v[b0 .. b0+64) (clipped at n_round) by one warp, two
+// values per lane. The CPU's max ignores NaN (std::max(amax, NaN) == amax), as fmaxf does.
+__device__ inline void fp8_block_round(float* v, int b0, int n_round, int lane) {
+  const int i0 = b0 + lane, i1 = b0 + 32 + lane;
+  const bool ok0 = i0 < n_round, ok1 = i1 < n_round;
+  float a = 0;
+  if (ok0) a = fmaxf(a, fabsf(v[i0]));
+  if (ok1) a = fmaxf(a, fabsf(v[i1]));
+  a = warp_max(a);
+  a = std_max(a, 1e-4f);
+  const float s = pow2_ceil(a / 448.0f);
+  if (ok0) v[i0] = e4m3_round(std_clamp(v[i0] / s, -448.0f, 448.0f)) * s;
+  if (ok1) v[i1] = e4m3_round(std_clamp(v[i1] / s, -448.0f, 448.0f)) * s;
+}
+
 // One block per row; the row's first n_round values in shared memory. Warps take blocks of
-// 64 (FP8, two values per lane) or 32 (FP4, one per lane). The CPU's max ignores NaN
-// (std::max(amax, NaN) == amax), as fmaxf does.
+// 64 (FP8, two values per lane) or 32 (FP4, one per lane).
 __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, float hscale) {
   pdl_begin();
   extern __shared__ float v[];
@@ -172,18 +210,7 @@ __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, fl
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   if (kind == 0) {
-    for (int b0 = warp * 64; b0 < n_round; b0 += nw * 64) {
-      const int i0 = b0 + lane, i1 = b0 + 32 + lane;
-      const bool ok0 = i0 < n_round, ok1 = i1 < n_round;
-      float a = 0;
-      if (ok0) a = fmaxf(a, fabsf(v[i0]));
-      if (ok1) a = fmaxf(a, fabsf(v[i1]));
-      a = warp_max(a);
-      a = std_max(a, 1e-4f);
-      const float s = pow2_ceil(a / 448.0f);
-      if (ok0) v[i0] = e4m3_round(std_clamp(v[i0] / s, -448.0f, 448.0f)) * s;
-      if (ok1) v[i1] = e4m3_round(std_clamp(v[i1] / s, -448.0f, 448.0f)) * s;
-    }
+    for (int b0 = warp * 64; b0 < n_round; b0 += nw * 64) fp8_block_round(v, b0, n_round, lane);
   } else {
     // Butterflies with strides 1, 2, 4, ...: pair p of stage h is (i, i+h), i = (p/h)*2h + p%h.
     for (int h = 1; h < n_round; h *= 2) {
@@ -210,6 +237,57 @@ __global__ void k_act_round(float* x, int64_t row_len, int n_round, int kind, fl
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n_round; i += blockDim.x) xr[i] = v[i];
+}
+
+// ---- attn_qkv_prep: q head norms, kv norm, RoPE on both, kv's FP8 round trip, one launch ----
+
+// Token blockIdx.y: warp w of blocks 0..nq-1 takes q head w, held in the warp's shared-memory
+// row; block nq takes kv: its warp 0 norms and rotates it, then every warp rounds its share of
+// the FP8 blocks (one warp for all of them was the kernel's longest chain). Each step is the
+// arithmetic of the kernel it replaces: k_rms_norm_warps (lane-strided double sum of squares),
+// k_rope_tail (cos/sin in double, rounded to float), k_act_round's FP8 blocks.
+constexpr int kPrepWarps = 8;
+
+// One row of hd values in v (shared memory), by one warp: y = x * inv (* w), then RoPE on the tail.
+__device__ inline void prep_row(const float* xr, const float* w, int64_t hd, float eps, const double* freqs,
+                                int n_pairs, double pos, float* v, int lane) {
+  const float inv = inv_rms_of(warp_sum(sumsq_strided(xr, hd, lane, 32)), hd, eps);
+  for (int64_t i = lane; i < hd; i += 32) v[i] = w ? __fmul_rn(__fmul_rn(xr[i], inv), w[i]) : __fmul_rn(xr[i], inv);
+  __syncwarp();
+  float* tail = v + (hd - 2 * n_pairs);
+  for (int k = lane; k < n_pairs; k += 32) {
+    const double th = pos * freqs[k];
+    const float c = static_cast<float>(cos(th)), sn = static_cast<float>(sin(th));
+    const float x0 = tail[2 * k], x1 = tail[2 * k + 1];
+    tail[2 * k] = x0 * c - x1 * sn;
+    tail[2 * k + 1] = x0 * sn + x1 * c;
+  }
+  __syncwarp();
+}
+
+__global__ void __launch_bounds__(32 * kPrepWarps)
+    k_attn_qkv_prep(float* q, float* kv, int64_t n_heads, int64_t hd, const float* kv_norm, float eps,
+                    const double* freqs, int n_pairs, DevPos pos0, int n_round) {
+  pdl_begin();
+  extern __shared__ float prep_rows[];  // kPrepWarps x hd
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t t = blockIdx.y, nq = (n_heads + kPrepWarps - 1) / kPrepWarps;
+  const double pos = static_cast<double>(pos0.get() + t);
+  if (blockIdx.x < nq) {
+    const int64_t h = static_cast<int64_t>(blockIdx.x) * kPrepWarps + warp;
+    if (h >= n_heads) return;  // whole warp
+    float* xr = q + (t * n_heads + h) * hd;
+    float* v = prep_rows + warp * hd;
+    prep_row(xr, nullptr, hd, eps, freqs, n_pairs, pos, v, lane);
+    for (int64_t i = lane; i < hd; i += 32) xr[i] = v[i];
+    return;
+  }
+  float* xr = kv + t * hd;
+  if (warp == 0) prep_row(xr, kv_norm, hd, eps, freqs, n_pairs, pos, prep_rows, lane);
+  __syncthreads();
+  for (int b0 = warp * 64; b0 < n_round; b0 += kPrepWarps * 64) fp8_block_round(prep_rows, b0, n_round, lane);
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < hd; i += blockDim.x) xr[i] = prep_rows[i];
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------------
@@ -465,6 +543,16 @@ void rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t head_dim, const 
   check_launch("rope_tail");
 }
 
+bool rope_tail_q8(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int64_t n_pairs, DevPos pos0,
+                  bool inverse, Q8Out q, cudaStream_t s) {
+  const int64_t n = n_heads * head_dim;
+  if (!q.qs || n <= 0 || n % 32 != 0 || head_dim % 2 != 0 || n_pairs <= 0 || 2 * n_pairs > head_dim) return false;
+  launch(k_rope_tail_q8, grid_for(n / 32, 8), 256, 0, s, x, n, head_dim, freqs, static_cast<int>(n_pairs), pos0,
+         inverse, q);
+  check_launch("rope_tail (with its Q8_0 copy)");
+  return true;
+}
+
 void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kind, cudaStream_t s) {
   if (rows <= 0 || n_round <= 0) return;
   if (n_round > 12288) fail("CUDA act_round: {} values per row exceed the kernel's 12288", n_round);
@@ -472,6 +560,18 @@ void act_round(float* x, int64_t rows, int64_t row_len, int64_t n_round, int kin
   launch(k_act_round, grid_for(rows, 1), 256, static_cast<size_t>(n_round) * sizeof(float), s, x, row_len,
          static_cast<int>(n_round), kind, hscale);
   check_launch("act_round");
+}
+
+bool attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
+                   float eps, const double* freqs, int64_t n_pairs, DevPos pos0, int64_t n_round, cudaStream_t s) {
+  if (rows <= 0) return true;
+  const size_t sh = static_cast<size_t>(kPrepWarps * head_dim) * sizeof(float);
+  if (sh > 48 * 1024 || rows > 65535 || n_round > head_dim || 2 * n_pairs > head_dim) return false;
+  const dim3 grid(static_cast<unsigned>((n_heads + kPrepWarps - 1) / kPrepWarps + 1), static_cast<unsigned>(rows));
+  launch(k_attn_qkv_prep, grid, 32 * kPrepWarps, sh, s, q, kv, n_heads, head_dim, kv_norm, eps, freqs,
+         static_cast<int>(n_pairs), pos0, static_cast<int>(n_round));
+  check_launch("attn_qkv_prep");
+  return true;
 }
 
 void swiglu(const float* g, const float* u, int64_t rows, int64_t n, float limit, const float* weights, float* h,

@@ -22,6 +22,26 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
+// pdl_begin in two halves, for kernels that have work to do before their inputs are ready:
+// between them a kernel may only READ memory that no kernel writes (the weights, which are
+// immutable once uploaded), e.g. prefetch its weight rows into L2 while its predecessor ends.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+// Brings [p, p + bytes) into L2 (no registers, no completion to wait for), `lanes` threads
+// `lane` = 0.. taking every lanes-th 128-byte line. For weights only (see pdl_trigger).
+__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes, int lane, int lanes) {
+  const uintptr_t a0 = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}, a1 = reinterpret_cast<uintptr_t>(p) + bytes;
+  for (uintptr_t a = a0 + static_cast<uintptr_t>(lane) * 128; a < a1; a += static_cast<uintptr_t>(lanes) * 128)
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+}
 
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);

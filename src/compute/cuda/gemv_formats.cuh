@@ -494,7 +494,11 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int64_t n_in, const 
 // translation unit from quant::iq2xxs_grid (the CPU's table, so both use one set of values).
 // Global rather than constant memory: every block copies all 256 entries to shared memory, and
 // constant memory serializes a warp's 32 different addresses.
-static __device__ uint2 c_iq2xxs_grid[256];
+// Entries 256..383 (kIq2SignMasks) are the sign masks of the 128 7-bit sign codes: code s with
+// its parity bit (FmtIQ2_XXS::signs8) as 8 bytes, 0xff where the weight is negative, so a
+// warp kernel replaces the parity and the two sign_mask4 by one load (L1-resident, as the grid).
+constexpr int kIq2SignMasks = 256;
+static __device__ uint2 c_iq2xxs_grid[256 + 128];
 
 // Once per device per translation unit (the copy is per context).
 static inline void upload_iq2_grid() {
@@ -505,9 +509,16 @@ static inline void upload_iq2_grid() {
   if (dev < 0 || dev >= 64) fail("CUDA gemv: device index {} out of range", dev);
   std::lock_guard<std::mutex> lock(mu);
   if (done[dev]) return;
-  uint2 host[256];
+  uint2 host[256 + 128];
   for (int i = 0; i < 256; ++i)
     host[i] = make_uint2(static_cast<uint32_t>(quant::iq2xxs_grid[i]), static_cast<uint32_t>(quant::iq2xxs_grid[i] >> 32));
+  for (uint32_t c = 0; c < 128; ++c) {
+    const uint32_t s8 = c | ((static_cast<uint32_t>(__builtin_popcount(c)) & 1u) << 7);
+    uint32_t m[2] = {0, 0};
+    for (int j = 0; j < 8; ++j)
+      if ((s8 >> j) & 1u) m[j / 4] |= 0xffu << (8 * (j % 4));
+    host[kIq2SignMasks + c] = make_uint2(m[0], m[1]);
+  }
   if (cudaError_t e = cudaMemcpyToSymbol(c_iq2xxs_grid, host, sizeof host); e != cudaSuccess)
     fail("CUDA gemv: uploading the IQ2_XXS grid: {}", cudaGetErrorString(e));
   done[dev] = true;

@@ -43,12 +43,19 @@ struct WarpIQ2_XXS {
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
       const uint2 gv = kSmemGrid ? grid[byte_of(r.aux0, l)] : __ldg(grid + byte_of(r.aux0, l));
-      const uint32_t sg = FmtIQ2_XXS::signs8((r.aux1 >> (7 * l)) & 127u);
       const int g0 = static_cast<int>(gv.x), g1 = static_cast<int>(gv.y);
+      int m0, m1;
+      if constexpr (kSmemGrid) {  // the shared copy holds the grid only
+        const uint32_t sg = FmtIQ2_XXS::signs8((r.aux1 >> (7 * l)) & 127u);
+        m0 = sign_mask4(sg), m1 = sign_mask4(sg >> 4);
+      } else {  // the masks beside the grid (kIq2SignMasks): one load for the parity and both masks
+        const uint2 sm = __ldg(grid + kIq2SignMasks + ((r.aux1 >> (7 * l)) & 127u));
+        m0 = static_cast<int>(sm.x), m1 = static_cast<int>(sm.y);
+      }
       pos = dp4a(g0, av[2 * l], pos);
-      neg = dp4a(sign_mask4(sg) & g0, av[2 * l], neg);
+      neg = dp4a(m0 & g0, av[2 * l], neg);
       pos = dp4a(g1, av[2 * l + 1], pos);
-      neg = dp4a(sign_mask4(sg >> 4) & g1, av[2 * l + 1], neg);
+      neg = dp4a(m1 & g1, av[2 * l + 1], neg);
     }
     i0 = (pos - 2 * neg) * ls;
     i1 = 0;

@@ -101,13 +101,9 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   } else {
     be_.matmul(L.q_b, qr.data(), n_, q.data());
   }
-  be_.rms_norm(q.data(), nullptr, hd, n_ * nh, hp_.rms_eps, q.data());  // per head, no weight (trap 6)
-  be_.rms_norm(kv.data(), L.kv_norm, hd, n_, hp_.rms_eps, kv.data());
-
-  // Position-wise steps for the whole batch (each row depends on its own token only).
-  be_.rope_tail(q.data(), n_, nh, hd, freqs, p0_, 1, false);
-  be_.rope_tail(kv.data(), n_, 1, hd, freqs, p0_, 1, false);
-  if (sim) be_.act_round(kv.data(), n_, hd, hd - hp_.n_rot, compute::ActRound::Fp8);
+  // Position-wise steps for the whole batch (each row depends on its own token only): q normed
+  // per head without a weight (trap 6), kv with kv_norm, RoPE on both, kv's non-RoPE dims to FP8.
+  be_.attn_qkv_prep(q.data(), kv.data(), n_, nh, hd, L.kv_norm, hp_.rms_eps, freqs, p0_, sim ? hd - hp_.n_rot : 0);
 
   // The position-ordered steps of the batch, one chunk op each (the ops' default bodies are
   // the token-by-token loop, so a batch still equals serial decoding): each compressor's
