@@ -66,29 +66,40 @@ struct WarpIQ2_XXS {
 };
 
 // Q2_K: 16 groups of 16 weights per block; term (d_act*d)*isum - (d_act*dmin)*summs, 8 partials.
+// Group g = 8h + 2s + half reads q bytes [32h + 16half, +16) at shift 2s, so groups g and g+2
+// share their bytes: lane j (of 8) takes the pair s = 2t, 2t+1 (h = j/4, t = j/2 % 2, half = j%2)
+// from one load of those bytes, and both groups' scales come from one scale word. The integer
+// sums are exact in any order, so isum and summs are the CPU's whatever the lane split.
 struct WarpQ2_K {
-  static constexpr int kSubs = 16, kBE = 256, kBB = 84;
+  static constexpr int kSubs = 8, kBE = 256, kBB = 84;
   static constexpr bool kEight = true;
   static constexpr float kPost = 1.0f;
   struct Raw {
-    uint32_t sc, q[4], dw;
+    uint32_t sc2, q[4], dw;  // sc2: group g0's scale byte, then g0+2's in bits 16..23
   };
+  __device__ static int group0(int j) { return 8 * (j / 4) + 4 * ((j / 2) % 2) + j % 2; }
   __device__ static Raw load(const uint8_t* blk, int j) {
     const uint32_t* w = reinterpret_cast<const uint32_t*>(blk);
-    const uint32_t* qw = w + 4 + 8 * (j / 8) + 4 * (j % 2);
-    return {byte_of(__ldg(w + j / 4), j % 4), {__ldg(qw), __ldg(qw + 1), __ldg(qw + 2), __ldg(qw + 3)}, __ldg(w + 20)};
+    const int g0 = group0(j);
+    const uint32_t* qw = w + 4 + 8 * (j / 4) + 4 * (j % 2);
+    return {__ldg(w + g0 / 4) >> (8 * (g0 % 4)), {__ldg(qw), __ldg(qw + 1), __ldg(qw + 2), __ldg(qw + 3)}, __ldg(w + 20)};
   }
   template <bool = false>
   __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t* bs, int j, const uint2*, int& i0,
                               int& i1) {
-    const int h = j / 8, s = (j % 8) / 2, half = j % 2;
-    const int4 v = ld4(aq + 128 * h + 32 * s + 16 * half);
-    const int av[4] = {v.x, v.y, v.z, v.w};
-    int sub = 0;
+    const int h = j / 4, s0 = 2 * ((j / 2) % 2), half = j % 2, g0 = group0(j);
+    const int4 v0 = ld4(aq + 128 * h + 32 * s0 + 16 * half), v1 = ld4(aq + 128 * h + 32 * (s0 + 1) + 16 * half);
+    const int a0[4] = {v0.x, v0.y, v0.z, v0.w}, a1[4] = {v1.x, v1.y, v1.z, v1.w};
+    int sub0 = 0, sub1 = 0;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) sub = dp4a(static_cast<int>((r.q[u] >> (2 * s)) & 0x03030303u), av[u], sub);
-    i0 = static_cast<int>(r.sc & 0xfu) * sub;
-    i1 = static_cast<int>(__ldg(bs + j)) * static_cast<int>(r.sc >> 4);
+    for (int u = 0; u < 4; ++u) {
+      sub0 = dp4a(static_cast<int>((r.q[u] >> (2 * s0)) & 0x03030303u), a0[u], sub0);
+      sub1 = dp4a(static_cast<int>((r.q[u] >> (2 * s0 + 2)) & 0x03030303u), a1[u], sub1);
+    }
+    const uint32_t sc0 = r.sc2 & 0xffu, sc1 = (r.sc2 >> 16) & 0xffu;
+    i0 = static_cast<int>(sc0 & 0xfu) * sub0 + static_cast<int>(sc1 & 0xfu) * sub1;
+    i1 = static_cast<int>(__ldg(bs + g0)) * static_cast<int>(sc0 >> 4) +
+         static_cast<int>(__ldg(bs + g0 + 2)) * static_cast<int>(sc1 >> 4);
   }
   __device__ static float term(const Raw& r, float ad, int isum, int summs) {
     const float d = h2f(r.dw & 0xffffu), dmin = h2f(r.dw >> 16);
