@@ -973,10 +973,15 @@ void CudaBackend::compressor_store(const Matrix& ape, int64_t pos, int64_t ratio
 void CudaBackend::compressor_emit(const CompressorEmit& e, int64_t pos) {
   qact_forget();
   if (!rec_) return Backend::compressor_emit(e, pos);
-  // Recorded: the row goes to scratch and is committed where the device position says (the
-  // step graphs are keyed by the emission phase, so every replay of this one emits).
+  // Recorded: the row goes to scratch and is committed where the device position says. The
+  // step graphs are keyed by each layer's emission phase (Forward::step_key), so every replay
+  // of a graph recorded at an emitting position emits, and one recorded at a position where this
+  // compressor does not emit never does: record nothing then (recording the pool, norm, RoPE,
+  // rounding and a commit that skips itself on the device cost 5 kernels per compressor per
+  // token: 62 compressors in the Flash model).
   // (No profile scope of its own: the ops below are timed one by one.)
   if (e.ratio <= 0 || (e.lanes != 1 && e.lanes != 2)) fail("CUDA compressor_emit: ratio {}, {} lanes", e.ratio, e.lanes);
+  if ((pos + 1) % e.ratio != 0) return;
   Buffer<float> y(*this, static_cast<size_t>(e.dim));
   compressor_pool(e.kv, e.score, e.ratio, e.lanes, e.dim, y.data());
   rms_norm(y.data(), e.norm, e.dim, 1, e.eps, y.data());
