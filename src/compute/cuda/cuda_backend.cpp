@@ -783,9 +783,10 @@ void CudaBackend::rope_tail(float* x, int64_t rows, int64_t n_heads, int64_t hea
   if (freqs.empty() || rows <= 0) return;
   if (static_cast<int64_t>(freqs.size()) * 2 > head_dim)
     fail("CUDA rope_tail: {} rotated dims exceed head_dim {}", freqs.size() * 2, head_dim);
-  // One row: the rotated row's Q8_0 copy for the matmul that follows (the attention output
-  // before its grouped projection), as rms_norm and swiglu make theirs.
-  if (rows == 1) {
+  // The inverse rotation of one row is the attention output, which the grouped out_a reads
+  // next: write its Q8_0 copy too, as rms_norm and swiglu make theirs (the forward rotations of
+  // one row, the indexer's q and an emitted compressor row, are not read by a Q8_0 matmul).
+  if (rows == 1 && inverse) {
     const cuda::Q8Out q = qact_prepare(1, n_heads * head_dim);
     if (cuda::rope_tail_q8(x, n_heads, head_dim, dev_freqs(freqs), static_cast<int64_t>(freqs.size()), dpos(pos0),
                            inverse, q, stream_)) {
