@@ -90,6 +90,16 @@ __global__ void k_rms_norm_warps(const float* x, const float* w, int64_t n, int6
 
 // ---- RoPE on the tail of each head: one block per row; cos/sin in double, then float -------
 
+// cos and sin of pos * freq, each computed in double and rounded to float once; inverse negates
+// the sine first (the CPU's tables: -float(s) == float(-s)).
+__device__ inline float2 rope_cs(double pos, double freq, bool inverse) {
+  const double th = pos * freq, sn = sin(th);
+  return make_float2(static_cast<float>(cos(th)), static_cast<float>(inverse ? -sn : sn));
+}
+// The pair (x0, x1) rotated by cs: two products and a sum each (no FMA contraction in this file).
+__device__ inline float rope_x0(float x0, float x1, float2 cs) { return x0 * cs.x - x1 * cs.y; }
+__device__ inline float rope_x1(float x0, float x1, float2 cs) { return x0 * cs.y + x1 * cs.x; }
+
 __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const double* freqs, int n_pairs,
                             DevPos pos0, int64_t pos_step, bool inverse) {
   pdl_begin();
@@ -97,10 +107,9 @@ __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const d
   const int64_t r = blockIdx.x;
   const double pos = static_cast<double>(pos0.get() + r * pos_step);
   for (int k = threadIdx.x; k < n_pairs; k += blockDim.x) {
-    const double th = pos * freqs[k];
-    cs[k] = static_cast<float>(cos(th));
-    const double sn = sin(th);
-    cs[n_pairs + k] = static_cast<float>(inverse ? -sn : sn);
+    const float2 v = rope_cs(pos, freqs[k], inverse);
+    cs[k] = v.x;
+    cs[n_pairs + k] = v.y;
   }
   __syncthreads();
   const int64_t first = head_dim - 2 * n_pairs;
@@ -113,9 +122,10 @@ __global__ void k_rope_tail(float* x, int64_t n_heads, int64_t head_dim, const d
     const int64_t h = t / n_pairs;
     const int k = static_cast<int>(t % n_pairs);
     float* p = xr + h * head_dim + first + 2 * k;
-    const float x0 = p[0], x1 = p[1], c = cs[k], s = cs[n_pairs + k];
-    p[0] = x0 * c - x1 * s;
-    p[1] = x0 * s + x1 * c;
+    const float x0 = p[0], x1 = p[1];
+    const float2 c = make_float2(cs[k], cs[n_pairs + k]);
+    p[0] = rope_x0(x0, x1, c);
+    p[1] = rope_x1(x0, x1, c);
   }
 }
 
@@ -132,12 +142,8 @@ __global__ void k_rope_tail_q8(float* x, int64_t n, int64_t head_dim, const doub
   float v = x[i];
   const float other = __shfl_xor_sync(kFull, v, 1);
   if (c >= first) {
-    const int k = static_cast<int>((c - first) / 2);
-    const double th = static_cast<double>(pos0.get()) * freqs[k];
-    const float cs = static_cast<float>(cos(th));
-    const double sd = sin(th);
-    const float sn = static_cast<float>(inverse ? -sd : sd);
-    v = (lane & 1) == 0 ? v * cs - other * sn : other * sn + v * cs;
+    const float2 cs = rope_cs(static_cast<double>(pos0.get()), freqs[(c - first) / 2], inverse);
+    v = (lane & 1) == 0 ? rope_x0(v, other, cs) : rope_x1(other, v, cs);
     x[i] = v;
   }
   q8_0_block_warp(v, lane, q.qs + 32 * b, q.d + b);
@@ -256,11 +262,10 @@ __device__ inline void prep_row(const float* xr, const float* w, int64_t hd, flo
   __syncwarp();
   float* tail = v + (hd - 2 * n_pairs);
   for (int k = lane; k < n_pairs; k += 32) {
-    const double th = pos * freqs[k];
-    const float c = static_cast<float>(cos(th)), sn = static_cast<float>(sin(th));
+    const float2 cs = rope_cs(pos, freqs[k], false);
     const float x0 = tail[2 * k], x1 = tail[2 * k + 1];
-    tail[2 * k] = x0 * c - x1 * sn;
-    tail[2 * k + 1] = x0 * sn + x1 * c;
+    tail[2 * k] = rope_x0(x0, x1, cs);
+    tail[2 * k + 1] = rope_x1(x0, x1, cs);
   }
   __syncwarp();
 }

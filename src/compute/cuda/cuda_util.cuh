@@ -12,19 +12,13 @@ namespace ds4::cuda {
 
 constexpr unsigned kFull = 0xffffffffu;
 
-// Programmatic dependent launch (cuda_launch.h): lets the next kernel on the stream launch now,
-// then waits until the kernels before this one have finished and their writes are visible.
-// Both are no-ops in a kernel launched without the PDL attribute. Every kernel launched
-// through cuda::launch calls it first, before it touches memory.
-__device__ __forceinline__ void pdl_begin() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-// pdl_begin in two halves, for kernels that have work to do before their inputs are ready:
-// between them a kernel may only READ memory that no kernel writes (the weights, which are
-// immutable once uploaded), e.g. prefetch its weight rows into L2 while its predecessor ends.
+// Programmatic dependent launch (cuda_launch.h). pdl_trigger lets the next kernel on the stream
+// launch now; pdl_wait waits until the kernels before this one have finished and their writes
+// are visible. Both are no-ops in a kernel launched without the PDL attribute. Every kernel
+// launched through cuda::launch calls pdl_begin (both) first, before it touches memory, or
+// pdl_trigger first and pdl_wait before it touches memory that any kernel writes: in between
+// it may only read the weights (immutable once uploaded), e.g. stage its weight rows while its
+// predecessor ends.
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
@@ -35,12 +29,9 @@ __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
 }
-// Brings [p, p + bytes) into L2 (no registers, no completion to wait for), `lanes` threads
-// `lane` = 0.. taking every lanes-th 128-byte line. For weights only (see pdl_trigger).
-__device__ __forceinline__ void prefetch_l2(const void* p, size_t bytes, int lane, int lanes) {
-  const uintptr_t a0 = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127}, a1 = reinterpret_cast<uintptr_t>(p) + bytes;
-  for (uintptr_t a = a0 + static_cast<uintptr_t>(lane) * 128; a < a1; a += static_cast<uintptr_t>(lanes) * 128)
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
+__device__ __forceinline__ void pdl_begin() {
+  pdl_trigger();
+  pdl_wait();
 }
 
 __device__ inline float warp_sum(float v) {
