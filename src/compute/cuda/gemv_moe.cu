@@ -381,13 +381,13 @@ __global__ void k_wmoe_swiglu(const float* gu, const float* weights, int64_t pai
 // o of both gate and up (warp_qdot2: one activation read for the two rows), then h[p][o] =
 // swiglu(g, u, limit) * weight[p] as k_wmoe_swiglu computes it, without the gu round trip or
 // its launch.
-template <class W, bool kSmemGrid>
+template <class W, bool kSmemGrid, int kOR>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     k_wmoe_gate_up_pair(ExpertArgs gate, ExpertArgs up, int64_t n_in, int64_t n_ff, int64_t n_expert, ActQ aq,
                         const int32_t* experts, const float* weights, int64_t k, int64_t p0, float limit, float* h,
                         const uint2* grid) {
   pdl_begin();
-  __shared__ float tsm[kWarpRowsPerBlock][2 * kWarpMaxBlocks];
+  __shared__ float tsm[kWarpRowsPerBlock][2 * kOR * kWarpMaxBlocks];
   __shared__ uint2 grid_sh[kSmemGrid ? 256 : 1];
   if constexpr (kSmemGrid) {
     static_assert(32 * kWarpRowsPerBlock == 256, "one grid entry per thread");
@@ -396,21 +396,32 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock)
     grid = grid_sh;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp;
+  const int64_t o0 = (static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp) * kOR;
   const int64_t p = p0 + blockIdx.y;
-  if (o >= n_ff) return;  // whole warp
+  if (o0 >= n_ff) return;  // whole warp
   const int32_t e = experts[p];
   if (e < 0 || e >= n_expert) {
-    if (lane == 0) h[p * n_ff + o] = __int_as_float(0x7fc00000);
+    if (lane < kOR && o0 + lane < n_ff) h[p * n_ff + o0 + lane] = __int_as_float(0x7fc00000);
     return;
   }
-  float gv, uv;
-  warp_qdot2<W, kSmemGrid>(gate.data + e * gate.expert_stride + o * gate.row_stride,
-                           up.data + e * up.expert_stride + o * up.row_stride, warp_act<W>(aq, p / k, 0),
-                           static_cast<int>(n_in / 256), tsm[warp], grid, gv, uv);
+  // Rows past n_ff (kOR > 1 and n_ff odd) repeat the last row; their results are not stored.
+  const uint8_t* rows[2 * kOR];
+#pragma unroll
+  for (int q = 0; q < kOR; ++q) {
+    const int64_t o = o0 + q < n_ff ? o0 + q : n_ff - 1;
+    rows[2 * q] = gate.data + e * gate.expert_stride + o * gate.row_stride;
+    rows[2 * q + 1] = up.data + e * up.expert_stride + o * up.row_stride;
+  }
+  float r[2 * kOR];
+  warp_qdot_rows<W, 2 * kOR, kSmemGrid>(rows, warp_act<W>(aq, p / k, 0), static_cast<int>(n_in / 256), tsm[warp],
+                                        grid, r);
   if (lane != 0) return;
-  if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
-  h[p * n_ff + o] = swiglu_cpu(gv, uv, limit, weights[p]);  // swiglu.cuh
+#pragma unroll
+  for (int q = 0; q < kOR; ++q) {
+    float gv = r[2 * q], uv = r[2 * q + 1];
+    if constexpr (W::kPost != 1.0f) gv = __fmul_rn(W::kPost, gv), uv = __fmul_rn(W::kPost, uv);
+    if (o0 + q < n_ff) h[p * n_ff + o0 + q] = swiglu_cpu(gv, uv, limit, weights[p]);  // swiglu.cuh
+  }
 }
 
 // blockIdx.y = pair p0 + y; warp = one output row: out[p][o] = down_e . h[p] (kPost applied);
@@ -434,6 +445,46 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) k_wmoe_down(ExpertArgs
                          static_cast<int>(n_ff / 256), tsm[warp], grid);
   if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
   if (lane == 0) out[p * n_embd + o] = v;
+}
+
+// The down projection with the slot sum fused (the default; DS4_CUDA_MOE_DOWN_SUM=0 for the
+// separate kernels): block (x, t) = token t's kDnRows output rows from o0 = x * kDnRows; warp s
+// = slot s of the token (k warps): the rows of expert experts[t*k+s] against h[t*k+s]
+// (warp_qdot_rows: kDnRows load streams per lane), then y[t][o] = 0 + v_0 + v_1 + ... in slot
+// order, k_moe_slot_sum's sum, bit for bit. One kernel and no pairs x n_embd scratch.
+constexpr int kDnRows = 4, kDnMaxSlots = 16;
+template <class W>
+__global__ void __launch_bounds__(32 * kDnMaxSlots)
+    k_wmoe_down_sum(ExpertArgs down, int64_t n_ff, int64_t n_embd, int64_t n_expert, ActQ hq, const int32_t* experts,
+                    int64_t k, float* y, const uint2* grid) {
+  pdl_begin();
+  __shared__ float tsm[kDnMaxSlots][kDnRows * kWarpMaxBlocks];
+  __shared__ float vs[kDnMaxSlots][kDnRows];
+  const int s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kDnRows, t = blockIdx.y, p = t * k + s;
+  const int32_t e = experts[p];
+  if (e < 0 || e >= n_expert) {
+    if (lane < kDnRows) vs[s][lane] = __int_as_float(0x7fc00000);
+  } else {
+    const uint8_t* rows[kDnRows];
+#pragma unroll
+    for (int q = 0; q < kDnRows; ++q) {
+      const int64_t o = o0 + q < n_embd ? o0 + q : n_embd - 1;  // past the end: computed, not stored
+      rows[q] = down.data + e * down.expert_stride + o * down.row_stride;
+    }
+    float r[kDnRows];
+    warp_qdot_rows<W, kDnRows>(rows, warp_act<W>(hq, p, 0), static_cast<int>(n_ff / 256), tsm[s], grid, r);
+    if (lane == 0) {
+#pragma unroll
+      for (int q = 0; q < kDnRows; ++q) vs[s][q] = W::kPost != 1.0f ? __fmul_rn(W::kPost, r[q]) : r[q];
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kDnRows && o0 + threadIdx.x < n_embd) {
+    float acc = 0.0f;
+    for (int64_t q = 0; q < k; ++q) acc = __fadd_rn(acc, vs[q][threadIdx.x]);
+    y[t * n_embd + o0 + threadIdx.x] = acc;
+  }
 }
 
 template <class Fn>
@@ -472,6 +523,19 @@ bool moe_pair() {
   return on;
 }
 
+// Output rows per warp of the gate/up kernel (DS4_CUDA_MOE_GU_ROWS=1 or 2): 2 gives a lane four
+// load streams (two rows of gate and of up) and half the warps.
+int moe_gu_rows() {
+  static const int n = static_cast<int>(env_int("DS4_CUDA_MOE_GU_ROWS", 2, 1, 2));
+  return n;
+}
+
+// The down projection with the slot sum fused (k_wmoe_down_sum); DS4_CUDA_MOE_DOWN_SUM=0 for A/B.
+bool moe_down_sum() {
+  static const bool on = env_switch("DS4_CUDA_MOE_DOWN_SUM", true);
+  return on;
+}
+
 // Both projections on the warp kernels; h: pairs x n_ff scratch.
 void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* h, float* y,
@@ -484,17 +548,21 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
     const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
     with_warp_format(gate.first.type, [&](auto w) {
       using W = decltype(w);
-      const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
-      for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
-        const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
-        if (std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid())
-          launch(k_wmoe_gate_up_pair<W, true>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate),
-                 expert_args(up), n_embd, n_ff, gate.n_expert, aq, experts, weights, k, p0, limit, h, grid);
-        else
-          launch(k_wmoe_gate_up_pair<W, false>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate),
-                 expert_args(up), n_embd, n_ff, gate.n_expert, aq, experts, weights, k, p0, limit, h, grid);
-        check_launch("moe_experts gate/up + swiglu (warp row pairs)");
-      }
+      auto run = [&](auto kernel, int64_t rows_per_warp) {
+        const int64_t per_block = kWarpRowsPerBlock * rows_per_warp;
+        const unsigned gx = static_cast<unsigned>((n_ff + per_block - 1) / per_block);
+        for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
+          const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY));
+          launch(kernel, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up), n_embd, n_ff,
+                 gate.n_expert, aq, experts, weights, k, p0, limit, h, grid);
+          check_launch("moe_experts gate/up + swiglu (warp row pairs)");
+        }
+      };
+      const bool smem_grid = std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid();
+      if (moe_gu_rows() == 2)
+        smem_grid ? run(k_wmoe_gate_up_pair<W, true, 2>, 2) : run(k_wmoe_gate_up_pair<W, false, 2>, 2);
+      else
+        smem_grid ? run(k_wmoe_gate_up_pair<W, true, 1>, 1) : run(k_wmoe_gate_up_pair<W, false, 1>, 1);
     });
   } else {
     Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
@@ -521,6 +589,16 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
   }
   Scratch hq(act_bytes(GgmlType::Q8_K, pairs, n_ff), stream);
   const ActQ haq = quantize_acts(GgmlType::Q8_K, h, pairs, n_ff, n_ff, hq.get(), stream);
+  if (moe_down_sum() && k <= kDnMaxSlots && rows <= kMaxY) {
+    with_warp_format(down.first.type, [&](auto w) {
+      using W = decltype(w);
+      const dim3 g(static_cast<unsigned>((n_embd + kDnRows - 1) / kDnRows), static_cast<unsigned>(rows));
+      launch(k_wmoe_down_sum<W>, g, static_cast<unsigned>(32 * k), 0, stream, expert_args(down), n_ff, n_embd,
+             down.n_expert, haq, experts, k, y, grid);
+      check_launch("moe_experts down + slot sum (warp rows)");
+    });
+    return;
+  }
   Scratch obuf(static_cast<size_t>(pairs) * static_cast<size_t>(n_embd) * sizeof(float), stream);
   float* out = static_cast<float*>(obuf.get());
   with_warp_format(down.first.type, [&](auto w) {

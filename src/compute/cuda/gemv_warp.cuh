@@ -258,45 +258,59 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
   return r;
 }
 
-// Two rows against the same activation in one pass loop (the MoE gate and up rows of one
-// expert; the default, DS4_CUDA_MOE_PAIR=0 turns it off): each pass loads both rows' blocks
-// before either is reduced, so a lane has two independent load streams, and the activation
-// block it reads serves both (ncu: the one-row kernel's activation reads were 4x its weight
-// bytes). ra and rb are warp_qdot's results for each row, bit for bit. tsm: 2 x nb floats.
-template <class W, bool kSmemGrid = false>
-__device__ void warp_qdot2(const uint8_t* row_a, const uint8_t* row_b, const WarpAct& act, int nb, float* tsm,
-                           const uint2* grid, float& ra, float& rb) {
+// R rows against the same activation in one pass loop (the MoE gate and up rows of one expert,
+// R = 2, the default since measured; several output rows of one expert's down projection): each
+// pass loads every row's blocks before any is reduced, so a lane has R independent load streams,
+// and the activation block it reads serves all of them (ncu: the one-row kernel's activation
+// reads were 4x its weight bytes). r[i] is warp_qdot's result for rows[i], bit for bit.
+// tsm: R x nb floats.
+template <class W, int R, bool kSmemGrid = false>
+__device__ void warp_qdot_rows(const uint8_t* const (&rows)[R], const WarpAct& act, int nb, float* tsm,
+                               const uint2* grid, float (&r)[R]) {
   constexpr int S = W::kSubs, kPerPass = 32 / S;
   const int lane = threadIdx.x & 31, j = lane % S;
-  float* tsm_b = tsm + nb;
 #pragma unroll 2
   for (int b0 = 0; b0 < nb; b0 += kPerPass) {
     const int b = b0 + lane / S;
-    int a0 = 0, a1 = 0, c0 = 0, c1 = 0;
-    typename W::Raw wa, wb;
+    int i0[R], i1[R];
+    typename W::Raw w[R];
+#pragma unroll
+    for (int q = 0; q < R; ++q) i0[q] = 0, i1[q] = 0;
     if (b < nb) {
-      wa = load_block<W>(row_a, b, nb, j);
-      wb = load_block<W>(row_b, b, nb, j);
-      W::template sums<kSmemGrid>(wa, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, a0, a1);
-      W::template sums<kSmemGrid>(wb, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, c0, c1);
+#pragma unroll
+      for (int q = 0; q < R; ++q) w[q] = load_block<W>(rows[q], b, nb, j);
+#pragma unroll
+      for (int q = 0; q < R; ++q)
+        W::template sums<kSmemGrid>(w[q], act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0[q], i1[q]);
     }
 #pragma unroll
     for (int o = S / 2; o > 0; o >>= 1) {
-      a0 += __shfl_xor_sync(0xffffffffu, a0, o);
-      a1 += __shfl_xor_sync(0xffffffffu, a1, o);
-      c0 += __shfl_xor_sync(0xffffffffu, c0, o);
-      c1 += __shfl_xor_sync(0xffffffffu, c1, o);
+#pragma unroll
+      for (int q = 0; q < R; ++q) {
+        i0[q] += __shfl_xor_sync(0xffffffffu, i0[q], o);
+        i1[q] += __shfl_xor_sync(0xffffffffu, i1[q], o);
+      }
     }
     if (j == 0 && b < nb) {
       const float ad = __ldg(act.d + b);
-      tsm[b] = W::term(wa, ad, a0, a1);
-      tsm_b[b] = W::term(wb, ad, c0, c1);
+#pragma unroll
+      for (int q = 0; q < R; ++q) tsm[q * nb + b] = W::term(w[q], ad, i0[q], i1[q]);
     }
   }
   __syncwarp();
-  ra = warp_sum_terms<W>(tsm, nb);
-  rb = warp_sum_terms<W>(tsm_b, nb);
+#pragma unroll
+  for (int q = 0; q < R; ++q) r[q] = warp_sum_terms<W>(tsm + q * nb, nb);
   __syncwarp();  // tsm is free for the next call
+}
+
+// Two rows (the MoE gate and up rows of one expert): warp_qdot_rows with R = 2.
+template <class W, bool kSmemGrid = false>
+__device__ void warp_qdot2(const uint8_t* row_a, const uint8_t* row_b, const WarpAct& act, int nb, float* tsm,
+                           const uint2* grid, float& ra, float& rb) {
+  const uint8_t* const rows[2] = {row_a, row_b};
+  float r[2];
+  warp_qdot_rows<W, 2, kSmemGrid>(rows, act, nb, tsm, grid, r);
+  ra = r[0], rb = r[1];
 }
 
 // Passes for nb blocks (a compile-time count of the supported shapes), 0 when none fits.
