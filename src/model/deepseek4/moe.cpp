@@ -3,6 +3,7 @@
 // projection, and the shared expert. Routing and the routed experts are backend ops
 // (moe_route, moe_experts), so a device backend never brings expert ids back to the host.
 #include <cstring>
+#include <utility>
 
 #include "model/deepseek4/forward.h"
 #include "stream/provider.h"
@@ -114,7 +115,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   }
 
   if (L.has_shared) be_.add(y.data(), ys.data(), n_ * d);
-  hc_post(mix, y, X, Xout);
+  hc_post(std::move(mix), std::move(y), X, Xout);
 }
 
 }  // namespace ds4::model::deepseek4
