@@ -167,7 +167,7 @@ class CudaBackend final : public Backend {
   // that reads comb (the only reader), so the sub-layer's chain does not wait for it. In a
   // recorded step the fork and join are graph edges.
   bool hc_side_ = false;
-  bool fuse_post_ = true;  // DS4_CUDA_FUSE_POST=0: hc_post_pre_norm as hc_post, then hc_pre_norm
+  bool fuse_post_ = false;  // DS4_CUDA_FUSE_POST=1: hc_post_pre_norm in the pre-mix kernel (measured slower: off)
   // The fused one-row pre-mix of hc_pre_norm / hc_post_pre_norm; false: nothing ran.
   bool hc_pre_fused_row(const Matrix& fn, const float* X, float* mix, const HcParams& p, bool norm,
                         const float* norm_w, float norm_eps, float* x_in, float* post, float* comb,
@@ -338,7 +338,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
   hc_side_ = cuda::env_switch("DS4_CUDA_HC_SIDE", false);
-  fuse_post_ = cuda::env_switch("DS4_CUDA_FUSE_POST", true);
+  fuse_post_ = cuda::env_switch("DS4_CUDA_FUSE_POST", false);
   if (hc_side_) {
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate(side)");
     check(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming), "cudaEventCreate(side fork)");
