@@ -69,7 +69,7 @@ if stage test; then
   DS4_DEMO=$ROOT/models/ds4-demo.gguf DS4_STREAM_FLASH=$F timeout ${TEST_TIMEOUT:-240} "$B/test_cuda_stream" \
     > "$OUT/test_cuda_stream.log" 2>&1; rc=$?
   grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|error|gpu tier:|^\[cuda-stream\]" "$OUT/test_cuda_stream.log" | head -40
-  summary+=("test_cuda_stream rc=$rc: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_cuda_stream.log" | tr '\n' ' ') ($(since $t0) s)")
+  summary+=("test_cuda_stream rc=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) \] [0-9]' "$OUT/test_cuda_stream.log" | tr '\n' ' ') ($(since $t0) s)")
 fi
 
 # ---- 3. the disk through the engine's I/O path ----
@@ -79,7 +79,7 @@ if stage bw; then
   timeout 90 "$B/ds4-gguf" stream-bench "$F" --cache $(( LAYERS * 6 )) --prefetch none --tokens 48 --warmup 4 \
     > "$OUT/stream_bench.log" 2>&1; rc=$?
   tail -8 "$OUT/stream_bench.log"
-  summary+=("stream-bench (page cache $pc, host floor, no prefetch) rc=$rc: $(grep -iE 'GB/s|MB/s' "$OUT/stream_bench.log" | head -2 | tr '\n' ' ') ($(since $t0) s)")
+  summary+=("stream-bench (page cache $pc, host floor, no prefetch, its synthetic zipf routing) rc=$rc: $(grep -iE 'GB/s|MB/s' "$OUT/stream_bench.log" | head -2 | tr '\n' ' ') ($(since $t0) s)")
 fi
 
 # ---- 4. decode speed per budget ----
