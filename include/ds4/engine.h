@@ -50,6 +50,10 @@ struct EngineOptions {
   // to resident mode. A GGUF whose experts were moved to a packed file always streams.
   bool ssd_streaming = false;
   std::string expert_cache_host;             // budget: "8GB", "512MiB" or N slots; "" = every expert
+  // Device backends (cuda): the tier of experts in device memory above the host cache, copied
+  // in from it (src/stream/device_tier.h). Same spelling; "" = sized from the device's free
+  // memory after the non-expert weights. Refused below one layer's experts for one token.
+  std::string expert_cache_gpu;
   std::string expert_cache_policy = "hot";   // "hot" (decayed selection count + recency) or "lru"
   std::string expert_io = "auto";            // "auto" (io_uring, else pread), "uring", "pread"
   bool expert_prefetch_hash = true;          // prefetch hash-routed layers' experts per token
@@ -62,7 +66,9 @@ struct EngineOptions {
   // ctx_size + scratch + memory_reserve_gib fit in the available host memory, and otherwise its
   // routed experts stream through a cache sized from what is left (refused below one token's
   // experts). resident: refuse to start unless it fits. host_memory_gib: the memory the plan
-  // may use (0: MemAvailable). The CUDA backend checks GPU memory itself.
+  // may use (0: MemAvailable). The CUDA backend checks GPU memory itself: it runs resident
+  // unless streaming is asked for (or the experts were freed), and then the plan sizes the host
+  // cache (the non-expert weights and the state live on the device) and the gpu tier.
   bool resident = false;
   double memory_reserve_gib = 2.0;
   double host_memory_gib = 0;
@@ -142,6 +148,10 @@ struct ExpertCounters {
   uint64_t prefetch_issued = 0, prefetch_useful = 0, prefetch_wasted = 0;  // hash + lookahead
   double stall_seconds = 0;
   uint64_t cache_budget_bytes = 0, cache_bytes = 0;
+  // The gpu tier (all 0 without one); hits/misses above are then the host tier's, which sees
+  // the gpu tier's misses only.
+  uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0, h2d_bytes = 0;
+  uint64_t gpu_budget_bytes = 0, gpu_bytes = 0;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

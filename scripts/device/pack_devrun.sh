@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 build=${1:-build-cuda}
 grep -qx '/.devrun/' .git/info/exclude 2>/dev/null || echo '/.devrun/' >> "$(git rev-parse --git-common-dir)/info/exclude"
 rm -rf .devrun && mkdir -p .devrun/bin .devrun/lib
-for b in ds4 ds4-gguf ds4-bench ds4-server test_cuda_parity cuda_gemv_check cuda_backend_check cuda_dequant_check cuda_mma_check; do
+for b in ds4 ds4-gguf ds4-bench ds4-server test_cuda_parity test_cuda_stream cuda_gemv_check cuda_backend_check cuda_dequant_check cuda_mma_check; do
   [ -x "$build/bin/$b" ] || continue
   cp "$build/bin/$b" .devrun/bin/
   strip --strip-debug .devrun/bin/$b
@@ -18,5 +18,5 @@ for b in .devrun/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}'
 done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s|libicu' \
   | while read -r l; do cp -L "$l" .devrun/lib/; done
-cp scripts/device/cuda_suite.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh .devrun/
+cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh .devrun/
 du -sh .devrun; ls .devrun/bin .devrun/lib

@@ -85,6 +85,17 @@ class AnalysisBackend final : public Backend {
   void register_weights(const void* data, size_t bytes, const std::string& what) override {
     inner_.register_weights(data, bytes, what);
   }
+  bool device_memory() const override { return inner_.device_memory(); }
+  uint8_t* alloc_weight_slots(size_t bytes, const std::string& what) override {
+    return inner_.alloc_weight_slots(bytes, what);
+  }
+  void release_weight_slots(uint8_t* p) override { inner_.release_weight_slots(p); }
+  bool pin_host(void* p, size_t bytes) override { return inner_.pin_host(p, bytes); }
+  void unpin_host(void* p) override { inner_.unpin_host(p); }
+  void upload_async(void* dst, const void* src, size_t bytes) override { inner_.upload_async(dst, src, bytes); }
+  uint64_t fence() override { return inner_.fence(); }
+  bool fence_done(uint64_t f, bool wait) override { return inner_.fence_done(f, wait); }
+  uint64_t device_free_bytes() override { return inner_.device_free_bytes(); }
 
   void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride) override;
   void matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,

@@ -181,6 +181,38 @@ class Backend {
     (void)data, (void)bytes, (void)what;
   }
 
+  // ---- streamed experts: the device tier (src/stream/device_tier.h) ------------------------
+  // A backend whose memory is apart from the host's can keep cached routed experts in its own
+  // memory: the streaming provider copies them in from its pinned host cache and hands the
+  // model views into that memory, which every op takes as weights as they are. The defaults
+  // describe a backend without such memory (the CPU, which uses the host cache in place).
+  virtual bool device_memory() const { return false; }
+  // `bytes` of backend memory whose addresses every op accepts as weight pointers in place (no
+  // register_weights copy, no translation); contents undefined. Throws ds4::Error naming `what`
+  // when there is not enough memory or the backend has none (the default).
+  virtual uint8_t* alloc_weight_slots(size_t bytes, const std::string& what);
+  virtual void release_weight_slots(uint8_t* p) { (void)p; }
+  // Page-locks host memory [p, p+bytes) so copies from it run asynchronously at the link's
+  // speed; false when it could not (the memory stays pageable; copies still work, slower).
+  virtual bool pin_host(void* p, size_t bytes) {
+    (void)p, (void)bytes;
+    return true;
+  }
+  virtual void unpin_host(void* p) { (void)p; }
+  // Copies host bytes to backend memory, ordered with the ops, without waiting for the copy:
+  // the host bytes must stay unchanged until a fence made after this call has passed.
+  virtual void upload_async(void* dst, const void* host_src, size_t bytes) { upload(dst, host_src, bytes); }
+  // A marker after every op issued so far; fence_done(f) is true once they have all finished
+  // (wait: blocks until then). Fences pass in the order they were made. Not inside a recorded
+  // decode step.
+  virtual uint64_t fence() { return 0; }
+  virtual bool fence_done(uint64_t f, bool wait) {
+    (void)f, (void)wait;
+    return true;
+  }
+  // Device memory free now (0 for a backend without device memory).
+  virtual uint64_t device_free_bytes() { return 0; }
+
   // ---- linear algebra ------------------------------------------------------------------------
   // y[r*y_stride + o] = sum_i W[o][i] * x[r*x_stride + i], r < rows (strides in floats; 0 means
   // dense: n_in and n_out). Quantized weight types are multiplied against activations

@@ -1,10 +1,14 @@
-// Default bodies of the position-explicit ops, of the fusable composite ops and of the
-// step-graph hooks (backend.h). The CPU
+// Default bodies of the position-explicit ops, of the fusable composite ops, of the
+// step-graph hooks and of the device-tier memory hook (backend.h). The CPU
 // backend runs these; a device backend that records decode steps overrides them.
 #include "compute/backend.h"
 #include "core/error.h"
 
 namespace ds4::compute {
+
+uint8_t* Backend::alloc_weight_slots(size_t bytes, const std::string& what) {
+  fail("{}: the {} backend has no device memory for {} bytes of expert slots", what, name(), bytes);
+}
 
 void Backend::store_row(float* ring, int64_t ring_rows, int64_t n, int64_t pos, const float* src) {
   if (ring_rows <= 0 || pos < 0) fail("store_row: ring of {} rows, position {}", ring_rows, pos);

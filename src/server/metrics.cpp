@@ -89,6 +89,15 @@ std::string expert_prometheus(const ExpertCounters& c) {
   line("counter", "ds4_expert_stall_seconds_total", "Time the forward pass waited for expert reads.", c.stall_seconds);
   line("gauge", "ds4_expert_cache_budget_bytes", "Host expert cache budget.", c.cache_budget_bytes);
   line("gauge", "ds4_expert_cache_bytes", "Bytes of experts held in the host cache.", c.cache_bytes);
+  if (c.gpu_budget_bytes > 0) {
+    line("counter", "ds4_expert_gpu_hits_total", "Selected experts found in the gpu tier.", c.gpu_hits);
+    line("counter", "ds4_expert_gpu_misses_total", "Selected experts the gpu tier took from the host cache.",
+         c.gpu_misses);
+    line("counter", "ds4_expert_gpu_evictions_total", "Experts evicted from the gpu tier.", c.gpu_evictions);
+    line("counter", "ds4_expert_h2d_bytes_total", "Bytes copied from the host cache into gpu slots.", c.h2d_bytes);
+    line("gauge", "ds4_expert_gpu_budget_bytes", "Gpu tier budget.", c.gpu_budget_bytes);
+    line("gauge", "ds4_expert_gpu_bytes", "Bytes of gpu slots holding an expert.", c.gpu_bytes);
+  }
   return o;
 }
 

@@ -14,6 +14,7 @@
 #include "gguf/gguf.h"
 #include "session/checkpoint.h"
 #include "session/engine_impl.h"
+#include "stream/device_tier.h"
 #include "stream/layout.h"
 #include "stream/packed_format.h"
 #include "stream/planner.h"
@@ -121,12 +122,15 @@ struct PlanDims {
   bool experts_pruned = false;  // deepseek4: experts dropped per layer (ds4-gguf quantize --prune)
 };
 
-// The residency plan for the CPU backend (stream/planner.h): turns auto / --resident /
-// --ssd-streaming and the available memory into "resident" or "stream with this host cache".
+// The residency plan (stream/planner.h): turns auto / --resident / --ssd-streaming and the
+// available memory into "resident" or "stream with this host cache". A device backend runs
+// resident (it checks its own memory when it uploads the weights) unless streaming is asked for
+// or the experts were freed; then this sizes its host cache, counting only the experts against
+// host memory (the rest of the weights and the state live on the device).
 void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOptions& o, MemoryPlan& plan,
                     stream::StreamingRequest& sr) {
   if (o.resident && o.ssd_streaming) fail("--resident and --ssd-streaming contradict each other");
-  if (o.backend != "cpu") return;  // the device backend checks its own memory when it uploads the weights
+  const bool device = o.backend != "cpu";
   if (o.memory_reserve_gib < 0 || o.host_memory_gib < 0)
     fail("--memory-reserve-gib and --host-memory-gib must not be negative");
   stream::MemoryNeeds need;
@@ -155,6 +159,11 @@ void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOpti
     need.token_working_set =
         static_cast<uint64_t>(layout.n_layer) * static_cast<uint64_t>(std::max<int64_t>(1, hp.n_expert_used)) * slot_bytes;
     freed = stream::count_freed_tensors(file, layout) > 0;
+  }
+  if (device) {
+    if (!o.ssd_streaming && !freed) return;  // resident on the device
+    need.weights_bytes = need.expert_bytes;  // the host holds only the expert cache
+    need.session_bytes = 0;
   }
   stream::ResidencyRequest rq;
   rq.mode = o.resident ? stream::Residency::Resident
@@ -195,10 +204,43 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
   sr.packed_path = o.packed_experts;
   sr.trace_path = o.trace_routing;
   stream::StreamingSetup ss = stream::setup_streaming(file, sr);
-  if (ss.provider && o.backend != "cpu")
-    fail("expert streaming runs on the CPU backend only so far (backend '{}')", o.backend);
+  if (!o.expert_cache_gpu.empty()) {
+    if (!compute::backend_is_shared(o.backend))
+      fail("--expert-cache-gpu {}: the gpu tier needs a device backend (--backend cuda), not '{}'",
+           o.expert_cache_gpu, o.backend);
+    if (!ss.provider)
+      fail("--expert-cache-gpu {}: the routed experts are resident; the gpu tier applies when they stream "
+           "(--ssd-streaming)",
+           o.expert_cache_gpu);
+  }
   impl.experts = std::move(ss.provider);
   impl.plan.expert_streaming = ss.describe;
+}
+
+// The gpu tier above the host cache (stream/device_tier.h), once the non-expert weights are on
+// the device, sized by the plan (stream/planner.h) from what the device has left.
+void attach_gpu_tier(Engine::Impl& impl, const EngineOptions& o) {
+  compute::Backend& be = *impl.shared_backend;
+  auto slots = stream::backend_device_slots(be);
+  if (!slots) fail("internal: backend '{}' streams experts but has no device memory", o.backend);
+  stream::ExpertProvider& xp = *impl.experts;
+  stream::DeviceTierRequest r;
+  r.given = o.expert_cache_gpu;
+  if (!r.given.empty()) r.budget_bytes = stream::parse_budget(r.given, "--expert-cache-gpu", &r.budget_slots);
+  r.free_bytes = be.device_free_bytes();
+  const MemoryPlan& mp = impl.plan;
+  r.session_bytes = static_cast<uint64_t>(std::max(1, o.planned_sessions)) * (mp.state_bytes_at_ctx + mp.checkpoint_bytes);
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, o.max_batch));
+  const int64_t n_embd = impl.model ? impl.model->hparams().n_embd : impl.qwen->hparams().n_embd;
+  r.scratch_bytes = rows * static_cast<uint64_t>(n_embd) * 48 * sizeof(float) +
+                    rows * static_cast<uint64_t>(impl.info.n_vocab) * sizeof(float);
+  r.reserve_bytes = 1ull << 30;  // the backend's own buffers and allocator slack, as its weight upload keeps
+  r.slot_bytes = xp.slot_bytes();
+  r.expert_count = static_cast<uint64_t>(xp.layout().n_layer * xp.layout().n_expert);
+  r.experts_per_token = std::max<int64_t>(1, xp.experts_per_token());
+  const stream::DeviceTierPlan p = stream::plan_device_tier(r);
+  xp.attach_device(std::move(slots), p.slots);
+  impl.plan.expert_streaming += "\n" + p.describe;
 }
 
 // The DeepSeek V4 part of Engine::open (expert streaming, act_quant_sim).
@@ -327,6 +369,7 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
     bo.pool = impl->pool.get();
     impl->shared_backend = compute::make_backend(bo);
     impl->model->register_weights(*impl->shared_backend);
+    if (impl->experts) attach_gpu_tier(*impl, o);
   }
   in.backend = o.backend;
   in.threads = impl->pool->size();
@@ -352,6 +395,9 @@ std::optional<ExpertCounters> Engine::expert_counters() const {
   }
   c.stall_seconds = static_cast<double>(s.stall_ns) / 1e9;
   c.cache_budget_bytes = s.budget_bytes, c.cache_bytes = s.cached_bytes;
+  c.gpu_hits = s.gpu_hits, c.gpu_misses = s.gpu_misses, c.gpu_evictions = s.gpu_evictions, c.h2d_bytes = s.h2d_bytes;
+  c.gpu_budget_bytes = static_cast<uint64_t>(s.gpu_slots) * s.gpu_slot_bytes;
+  c.gpu_bytes = static_cast<uint64_t>(s.gpu_used) * s.gpu_slot_bytes;
   return c;
 }
 const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }

@@ -17,6 +17,11 @@
 namespace ds4 {
 
 struct Engine::Impl {
+  // The provider's gpu tier lives in shared_backend's memory, and shared_backend goes first
+  // (members die in reverse order): let go of the tier while the backend is alive.
+  ~Impl() {
+    if (experts) experts->detach_device();
+  }
   EngineOptions options;
   EngineInfo info;
   MemoryPlan plan;

@@ -66,6 +66,46 @@ ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& re
   return p;
 }
 
+DeviceTierPlan plan_device_tier(const DeviceTierRequest& r) {
+  if (r.slot_bytes == 0) fail("internal: device tier plan with 0-byte slots");
+  const uint64_t K = static_cast<uint64_t>(std::max<int64_t>(1, r.experts_per_token));
+  const uint64_t floor_bytes = K * r.slot_bytes;
+  const uint64_t rest = r.session_bytes + r.scratch_bytes + r.reserve_bytes;
+  const std::string floor_text = fmt::format("one layer's experts for one token: {} x {} = {}", K,
+                                             human_bytes(r.slot_bytes), human_bytes(floor_bytes));
+  DeviceTierPlan p;
+  uint64_t slots = 0;
+  std::string how;
+  if (!r.given.empty()) {
+    slots = r.budget_slots > 0 ? static_cast<uint64_t>(r.budget_slots) : r.budget_bytes / r.slot_bytes;
+    if (slots < K)
+      fail("--expert-cache-gpu {}: {} slots of {} is below {}", r.given, slots, human_bytes(r.slot_bytes), floor_text);
+    slots = std::min(slots, std::max<uint64_t>(K, r.expert_count));
+    const uint64_t need = slots * r.slot_bytes + rest;
+    if (need > r.free_bytes)
+      fail("--expert-cache-gpu {}: {} slots ({}) + sessions {} + scratch {} + reserve {} = {} exceed the {} of "
+           "device memory free after the weights",
+           r.given, slots, human_bytes(slots * r.slot_bytes), human_bytes(r.session_bytes),
+           human_bytes(r.scratch_bytes), human_bytes(r.reserve_bytes), human_bytes(need), human_bytes(r.free_bytes));
+    how = "as given";
+  } else {
+    const uint64_t left = r.free_bytes > rest ? r.free_bytes - rest : 0;
+    slots = std::min(left / r.slot_bytes, std::max<uint64_t>(K, r.expert_count));
+    if (slots < K)
+      fail("not enough device memory for the gpu expert tier: {} free after the weights, minus sessions {} + scratch "
+           "{} + reserve {}, leaves {}, below {} (free device memory, or use a smaller context)",
+           human_bytes(r.free_bytes), human_bytes(r.session_bytes), human_bytes(r.scratch_bytes),
+           human_bytes(r.reserve_bytes), human_bytes(left), floor_text);
+    how = fmt::format("sized from {} free device memory minus {} for sessions, scratch and reserve",
+                      human_bytes(r.free_bytes), human_bytes(rest));
+  }
+  p.slots = static_cast<int64_t>(slots);
+  p.describe = fmt::format("gpu tier          {} slots of {} = {} ({}; floor {} slots, {}){}", slots,
+                           human_bytes(r.slot_bytes), human_bytes(slots * r.slot_bytes), how, K, floor_text,
+                           slots >= r.expert_count ? ", every expert" : "");
+  return p;
+}
+
 uint64_t host_available_bytes() {
   std::ifstream in("/proc/meminfo");
   std::string line;

@@ -41,6 +41,34 @@ struct ResidencyPlan {
 // streaming when what is left for the cache is below one token's working set.
 ResidencyPlan plan_residency(const MemoryNeeds& need, const ResidencyRequest& req);
 
+// The device tier of the expert cache (device_tier.h), planned once the non-expert weights are
+// on the device: --expert-cache-gpu as given, else what the device's free memory leaves after
+// the sessions' state, scratch and a reserve. Its floor is one layer's experts for one token
+// (experts_per_token slots): the tier must hold the experts one layer computes at once; below
+// the whole token's working set it still runs, every other layer's experts coming from the
+// host tier over the link (the host tier's floor, n_layer x experts_per_token, keeps disk
+// reads from thrashing within a token).
+struct DeviceTierRequest {
+  std::string given;            // --expert-cache-gpu as written ("" = size it)
+  uint64_t budget_bytes = 0;    // parsed from `given` (bytes), or
+  int64_t budget_slots = 0;     // slots
+  uint64_t free_bytes = 0;      // device memory free now
+  uint64_t session_bytes = 0;   // every planned session's state (device memory)
+  uint64_t scratch_bytes = 0;   // activations and temporaries
+  uint64_t reserve_bytes = 0;   // kept free for the backend's own buffers
+  uint64_t slot_bytes = 0;      // one slot: the largest expert's host slot
+  uint64_t expert_count = 0;    // every expert (layers x experts): more slots are never useful
+  int64_t experts_per_token = 1;
+};
+
+struct DeviceTierPlan {
+  int64_t slots = 0;
+  std::string describe;  // one line for the plan printed at start
+};
+
+// Throws ds4::Error with the figures below the floor or when a given budget does not fit.
+DeviceTierPlan plan_device_tier(const DeviceTierRequest& r);
+
 // MemAvailable from /proc/meminfo (bytes); 0 when it cannot be read.
 uint64_t host_available_bytes();
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "stream/device_tier.h"
 #include "stream/slot_pool.h"
 #include "stream/trace.h"
 
@@ -35,6 +36,7 @@ struct ExpertProvider::AtomicStats {
   std::atomic<uint64_t> tokens{0}, acquires{0}, hits{0}, inflight_hits{0}, misses{0};
   std::atomic<uint64_t> pf_issued[2]{}, pf_useful[2]{}, pf_wasted[2]{}, pf_dropped[2]{};
   std::atomic<uint64_t> evictions{0}, reads{0}, bytes_read{0}, stall_ns{0}, cached_bytes{0};
+  std::atomic<uint64_t> gpu_hits{0}, gpu_misses{0}, gpu_evictions{0}, h2d_copies{0}, h2d_bytes{0}, host_unpinned{0};
 };
 
 std::string ProviderStats::describe() const {
@@ -51,6 +53,15 @@ std::string ProviderStats::describe() const {
                      prefetch_useful[k], prefetch_wasted[k], prefetch_dropped[k]);
   s += fmt::format("host cache: {:.1f} of {:.1f} MiB, {} tokens\n", cached_bytes / 1048576.0,
                    budget_bytes / 1048576.0, tokens);
+  if (gpu_slots > 0) {
+    s += fmt::format(
+        "gpu tier: {} hits, {} misses ({:.2f}% hits), {} evictions; {} of {} slots of {:.2f} MiB in use "
+        "(the host cache above counts the gpu tier's misses only)\n"
+        "gpu copies: {} host-to-device, {:.1f} MiB ({:.2f} MiB/token){}\n",
+        gpu_hits, gpu_misses, 100.0 * gpu_hit_rate(), gpu_evictions, gpu_used, gpu_slots, gpu_slot_bytes / 1048576.0,
+        h2d_copies, h2d_bytes / 1048576.0, tokens ? h2d_bytes / 1048576.0 / static_cast<double>(tokens) : 0.0,
+        host_unpinned ? fmt::format(", {} host buffers not page-locked (slower copies)", host_unpinned) : "");
+  }
   return s;
 }
 
@@ -88,7 +99,8 @@ uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
 
 ExpertLease::ExpertLease(ExpertLease&& o) noexcept
     : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
-      deferred_(std::move(o.deferred_)), current_(o.current_), out_(o.out_) {
+      deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), current_(o.current_),
+      current_dev_(o.current_dev_), serial_(o.serial_), out_(o.out_) {
   o.p_ = nullptr;
 }
 
@@ -97,17 +109,33 @@ ExpertLease::~ExpertLease() {
   unpin_current();
   for (uint32_t id : ready_) p_->unpin(id);
   for (uint32_t id : waiting_) p_->unpin(id);
+  for (uint32_t id : dev_ready_) p_->dev_->unpin(id);
 }
 
 void ExpertLease::unpin_current() {
   if (current_ != kNone) p_->unpin(current_);
   current_ = kNone;
+  // The op reading the device view is queued already; a copy that reuses its slot will be
+  // queued after it (one stream, in order).
+  if (current_dev_ != kNone) p_->dev_->unpin(current_dev_);
+  current_dev_ = kNone;
 }
 
 const ExpertLease::Expert* ExpertLease::next() {
   ExpertProvider& p = *p_;
   unpin_current();
+  const uint32_t E = static_cast<uint32_t>(p.layout().n_expert);
+  if (!dev_ready_.empty()) {  // in device memory already: computed first
+    current_dev_ = dev_ready_.back();
+    dev_ready_.pop_back();
+    out_.id = static_cast<int32_t>(current_dev_ % E);
+    out_.gate = p.dev_view(current_dev_, kGate);
+    out_.up = p.dev_view(current_dev_, kUp);
+    out_.down = p.dev_view(current_dev_, kDown);
+    return &out_;
+  }
   auto start_deferred = [&] {
+    if (p.dev_) p.release_pending(false);
     while (!deferred_.empty()) {
       const uint32_t id = deferred_.back();
       if (!p.start_load(id, false, 0)) break;
@@ -128,15 +156,24 @@ const ExpertLease::Expert* ExpertLease::next() {
     if (!ready_.empty()) {
       current_ = ready_.back();
       ready_.pop_back();
-      const int64_t e = current_ % static_cast<uint32_t>(p.layout().n_expert);
-      out_.id = static_cast<int32_t>(e);
-      out_.gate = p.view(current_, kGate);
-      out_.up = p.view(current_, kUp);
-      out_.down = p.view(current_, kDown);
+      out_.id = static_cast<int32_t>(current_ % E);
+      if (p.dev_) {
+        p.to_device(current_, serial_);
+        current_dev_ = current_;
+        out_.gate = p.dev_view(current_, kGate);
+        out_.up = p.dev_view(current_, kUp);
+        out_.down = p.dev_view(current_, kDown);
+      } else {
+        out_.gate = p.view(current_, kGate);
+        out_.up = p.view(current_, kUp);
+        out_.down = p.view(current_, kDown);
+      }
       return &out_;
     }
     if (waiting_.empty() && deferred_.empty()) return nullptr;
     if (p.io_->in_flight() == 0 && waiting_.empty()) {
+      // Host slots held for copies to the device free up once those copies have run.
+      if (p.dev_ && p.release_pending(true)) continue;
       // Nothing will free room by itself: every slot is pinned.
       fail("expert cache budget {} bytes is too small: layer {} needs another expert of {} bytes while every "
            "cached expert is pinned",
@@ -152,6 +189,7 @@ const ExpertLease::Expert* ExpertLease::next() {
 // ---- provider -------------------------------------------------------------------------------
 
 ExpertProvider::~ExpertProvider() {
+  detach_device();
   if (io_) {
     ReadDone d;
     while (io_->in_flight() > 0 && io_->reap(d, true)) {
@@ -178,6 +216,8 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
                                          : (opt.budget_bytes ? opt.budget_bytes : all);
   if (budget < max_slot)
     fail("expert cache budget {} bytes is below one expert's slot ({} bytes)", budget, max_slot);
+  p->max_slot_ = max_slot;
+  p->k_ = experts_used_per_token(f);
   p->pool_ = std::make_unique<SlotPool>(budget);
   const size_t n_ids = static_cast<size_t>(L.n_layer * L.n_expert);
   p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens);
@@ -201,9 +241,8 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
     p->tid2eid_.push_back(std::move(tab));
   }
   if (!opt.trace_path.empty()) {
-    const int64_t k = experts_used_per_token(f);
     p->trace_ = std::make_unique<TraceWriter>(
-        opt.trace_path, TraceHeader{L.n_layer, L.n_expert, k, static_cast<int64_t>(p->tid2eid_.size())});
+        opt.trace_path, TraceHeader{L.n_layer, L.n_expert, p->k_, static_cast<int64_t>(p->tid2eid_.size())});
   }
   return p;
 }
@@ -213,6 +252,70 @@ WeightView ExpertProvider::view(uint32_t id, int c) const {
   const int64_t layer = id / static_cast<uint32_t>(layout().n_expert);
   const ComponentShape& cs = layout().layers[static_cast<size_t>(layer)].comp[static_cast<size_t>(c)];
   return {cs.type, en.buf + en.lead[c], cs.n_in, cs.n_out, cs.row_stride};
+}
+
+WeightView ExpertProvider::dev_view(uint32_t id, int c) const {
+  const int64_t layer = id / static_cast<uint32_t>(layout().n_expert);
+  const ComponentShape& cs = layout().layers[static_cast<size_t>(layer)].comp[static_cast<size_t>(c)];
+  return {cs.type, dev_->data(id, dev_lead_[id][static_cast<size_t>(c)]), cs.n_in, cs.n_out, cs.row_stride};
+}
+
+void ExpertProvider::to_device(uint32_t id, uint64_t serial) {
+  Entry& en = entries_[id];
+  // The whole host slot in one copy (the components are adjacent in it; per-expert copies run
+  // near the link's rate, ssd-streaming-digest.md §9).
+  if (dev_->install(id, en.buf, en.buf_bytes, serial)) ++st_->gpu_evictions;
+  dev_lead_[id] = {en.lead[0], en.lead[1], en.lead[2]};
+  ++st_->h2d_copies;
+  st_->h2d_bytes += en.buf_bytes;
+  // The host slot must not be refilled before the copy has read it.
+  ++en.pins;
+  pending_.emplace_back(id, dev_->slots().fence());
+}
+
+bool ExpertProvider::release_pending(bool wait) {
+  bool any = false;
+  while (!pending_.empty() && dev_->slots().done(pending_.front().second, wait)) {
+    unpin(pending_.front().first);
+    pending_.pop_front();
+    any = true;
+  }
+  return any;
+}
+
+void ExpertProvider::attach_device(std::unique_ptr<DeviceSlots> slots, int64_t n_slots) {
+  if (dev_) fail("internal: the device expert tier is attached already");
+  if (pool_->allocated() > 0) fail("internal: the device expert tier must be attached before the first acquire");
+  if (!slots) fail("internal: device expert tier without device memory");
+  auto tier = std::make_unique<DeviceTier>(std::move(slots), entries_.size(), max_slot_, n_slots, opt_.policy,
+                                           opt_.decay_tokens);
+  DeviceSlots* s = &tier->slots();
+  dev_lead_.assign(entries_.size(), {0, 0, 0});
+  // Every host buffer is page-locked when made, so copies from it are asynchronous DMA.
+  pool_->set_hooks(
+      [this, s](uint8_t* p, uint64_t n) {
+        if (s->pin_host(p, n)) pinned_.insert(p);
+        else ++st_->host_unpinned;
+      },
+      [this, s](uint8_t* p) {
+        if (pinned_.erase(p)) s->unpin_host(p);
+      });
+  dev_ = std::move(tier);
+}
+
+void ExpertProvider::detach_device() noexcept {
+  if (!dev_) return;
+  DeviceSlots& s = dev_->slots();
+  try {
+    s.done(s.fence(), true);
+  } catch (...) {  // a failed stream: nothing more will run on it
+  }
+  for (const auto& [id, f] : pending_) unpin(id);
+  pending_.clear();
+  pool_->set_hooks({}, {});
+  for (uint8_t* p : pinned_) s.unpin_host(p);
+  pinned_.clear();
+  dev_.reset();
 }
 
 void ExpertProvider::unpin(uint32_t id) {
@@ -343,7 +446,10 @@ void ExpertProvider::pump_prefetch() {
 }
 
 void ExpertProvider::begin_tokens(std::span<const int32_t> tokens) {
-  for (size_t i = 0; i < tokens.size(); ++i) policy_->next_token();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    policy_->next_token();
+    if (dev_) dev_->next_token();
+  }
   tokens_ += tokens.size();
   st_->tokens += tokens.size();
   pos_cur_ = pos_;
@@ -368,6 +474,7 @@ void ExpertProvider::hint(int64_t layer, std::span<const int32_t> experts, Prefe
   for (int32_t e : experts) {
     if (e < 0 || e >= layout().n_expert) continue;
     const uint32_t id = base + static_cast<uint32_t>(e);
+    if (dev_ && dev_->resident(id)) continue;  // already where it is computed
     Entry& en = entries_[id];
     if (en.st != Entry::Absent) {
       if (opt_.protect) en.protect_until = std::max(en.protect_until, tokens_ + static_cast<uint64_t>(opt_.protect_tokens));
@@ -398,11 +505,28 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
   uniq.erase(std::unique(uniq.begin(), uniq.end()), uniq.end());
   ExpertLease lease(this, layer);
   const uint32_t base = static_cast<uint32_t>(layer * L.n_expert);
-  for (int32_t e : uniq) {
+  for (int32_t e : uniq)
     if (e < 0 || e >= L.n_expert) fail("internal: expert id {} outside [0, {}) at layer {}", e, L.n_expert, layer);
-    const uint32_t id = base + static_cast<uint32_t>(e);
-    policy_->touch(id, ++clock_);
+  if (dev_) {
+    // Device tier first: its hits never reach the host tier, which gets the rest.
+    release_pending(false);
+    lease.serial_ = dev_->begin_lease();
+    size_t keep = 0;
+    for (int32_t e : uniq) {
+      const uint32_t id = base + static_cast<uint32_t>(e);
+      dev_->touch(id, ++clock_);
+      if (dev_->resident(id)) {
+        dev_->hit(id, lease.serial_);
+        lease.dev_ready_.push_back(id);
+        ++st_->gpu_hits;
+      } else {
+        ++st_->gpu_misses;
+        uniq[keep++] = e;
+      }
+    }
+    uniq.resize(keep);
   }
+  for (int32_t e : uniq) policy_->touch(base + static_cast<uint32_t>(e), ++clock_);
   reap(false);
   // Cached experts first (they are computed while the misses load).
   for (auto it = uniq.rbegin(); it != uniq.rend(); ++it) {
@@ -452,6 +576,13 @@ ProviderStats ExpertProvider::stats() const {
   s.evictions = a.evictions, s.reads = a.reads, s.bytes_read = a.bytes_read, s.stall_ns = a.stall_ns;
   s.budget_bytes = pool_->budget();
   s.cached_bytes = a.cached_bytes;
+  s.gpu_hits = a.gpu_hits, s.gpu_misses = a.gpu_misses, s.gpu_evictions = a.gpu_evictions;
+  s.h2d_copies = a.h2d_copies, s.h2d_bytes = a.h2d_bytes, s.host_unpinned = a.host_unpinned;
+  if (const DeviceTier* d = dev_.get()) {
+    s.gpu_slots = d->n_slots();
+    s.gpu_used = d->used();
+    s.gpu_slot_bytes = d->slot_bytes();
+  }
   return s;
 }
 

@@ -24,12 +24,23 @@
 //              else can go.
 // Prefetch reads use at most `prefetch_inflight` of the queue; demand reads go first.
 //
+// Device tier (device_tier.h), optional: attach_device() puts a cache of experts in device
+// memory above the host cache. Then acquire() looks there first: its hits are handed out first,
+// as views into device memory, and never reach the host tier, which sees (counts and ranks)
+// only the device tier's misses, as a CPU's L2 sees its L1's misses. A miss is served from
+// the host tier as above and copied into a device slot; the lease then hands out the device
+// copy. Prefetch reads fill the host tier only (a copy to the device is one PCIe transfer away
+// and would evict device slots on a guess).
+//
 // One thread at a time (the evaluation thread); stats() may be called from any thread.
+#include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "stream/io.h"
@@ -79,14 +90,26 @@ struct ProviderStats {
   uint64_t stall_ns = 0;  // time next() waited for reads
   uint64_t budget_bytes = 0;
   uint64_t cached_bytes = 0;
+  // Device tier (all 0 without one). gpu_misses = selections the host tier then served.
+  int64_t gpu_slots = 0, gpu_used = 0;
+  uint64_t gpu_slot_bytes = 0;
+  uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0;
+  uint64_t h2d_copies = 0, h2d_bytes = 0;  // host-to-device copies into device slots
+  uint64_t host_unpinned = 0;               // host buffers the backend could not page-lock
   double hit_rate() const {
     const uint64_t n = hits + inflight_hits + misses;
     return n ? static_cast<double>(hits + inflight_hits) / static_cast<double>(n) : 0.0;
+  }
+  double gpu_hit_rate() const {
+    const uint64_t n = gpu_hits + gpu_misses;
+    return n ? static_cast<double>(gpu_hits) / static_cast<double>(n) : 0.0;
   }
   std::string describe() const;  // multi-line, for --stats
 };
 
 class ExpertProvider;
+class DeviceSlots;
+class DeviceTier;
 
 class ExpertLease {
  public:
@@ -109,7 +132,10 @@ class ExpertLease {
   ExpertProvider* p_;
   int64_t layer_;
   std::vector<uint32_t> ready_, waiting_, deferred_;  // entry ids
-  uint32_t current_ = UINT32_MAX;
+  std::vector<uint32_t> dev_ready_;                   // device-tier hits, pinned there
+  uint32_t current_ = UINT32_MAX;                     // host entry handed out last
+  uint32_t current_dev_ = UINT32_MAX;                 // device entry handed out last
+  uint64_t serial_ = 0;                               // the device tier's lease number
   Expert out_;
 };
 
@@ -132,6 +158,18 @@ class ExpertProvider {
   ExpertLease acquire(int64_t layer, std::span<const int32_t> routing, int64_t k);
   ProviderStats stats() const;
 
+  // The device tier: n_slots slots of slot_bytes() each in the memory `slots` gives (see the
+  // header comment). Must come before the first acquire (the host buffers it page-locks are
+  // made from then on). The backend behind `slots` must stay alive until detach_device(),
+  // which the destructor calls if nobody did.
+  void attach_device(std::unique_ptr<DeviceSlots> slots, int64_t n_slots);
+  // Waits for the copies in flight, unpins the host buffers and frees the device slots.
+  void detach_device() noexcept;
+  bool has_device() const { return dev_ != nullptr; }
+  // The largest host slot (bytes): what one expert of any layer takes in a slot of either tier.
+  uint64_t slot_bytes() const { return max_slot_; }
+  int64_t experts_per_token() const { return k_; }
+
  private:
   friend class ExpertLease;
   struct Entry;
@@ -144,6 +182,9 @@ class ExpertProvider {
   bool reap(bool block);
   void unpin(uint32_t id);
   WeightView view(uint32_t id, int c) const;
+  WeightView dev_view(uint32_t id, int c) const;
+  void to_device(uint32_t id, uint64_t serial);  // copy a Ready host entry into a device slot
+  bool release_pending(bool wait);               // unpin host entries whose copies have passed
 
   ProviderOptions opt_;
   std::unique_ptr<ExpertStore> store_;
@@ -167,6 +208,13 @@ class ExpertProvider {
   int64_t pos_ = 0;      // trace position of the next begin_tokens' first token
   int64_t pos_cur_ = 0;  // trace position of the current batch's first token
   std::unique_ptr<class TraceWriter> trace_;
+  uint64_t max_slot_ = 0;
+  int64_t k_ = 0;  // experts per token (0 when the file does not say)
+
+  std::unique_ptr<DeviceTier> dev_;
+  std::vector<std::array<uint32_t, 3>> dev_lead_;            // per id: component offsets in its device slot
+  std::deque<std::pair<uint32_t, uint64_t>> pending_;        // host entry pinned until the fence passes
+  std::unordered_set<uint8_t*> pinned_;                      // host buffers page-locked for the device
 
   struct AtomicStats;
   std::unique_ptr<AtomicStats> st_;

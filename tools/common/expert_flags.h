@@ -11,7 +11,7 @@ namespace ds4::tools {
 
 struct ExpertFlags {
   bool ssd_streaming = false, resident = false;
-  std::string cache_host, cache_policy = "hot", io = "auto", packed, trace;
+  std::string cache_host, cache_gpu, cache_policy = "hot", io = "auto", packed, trace;
   bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
   double memory_reserve_gib = 2.0, host_memory_gib = 0;
 
@@ -19,6 +19,7 @@ struct ExpertFlags {
     eo.ssd_streaming = ssd_streaming;
     eo.resident = resident;
     eo.expert_cache_host = cache_host;
+    eo.expert_cache_gpu = cache_gpu;
     eo.expert_cache_policy = cache_policy;
     eo.expert_io = io;
     eo.expert_prefetch_hash = !no_prefetch_hash;
@@ -44,6 +45,9 @@ inline CLI::Option_group* add_expert_flags(CLI::App& app, ExpertFlags& f) {
       ->check(CLI::NonNegativeNumber);
   g->add_option("--expert-cache-host", f.cache_host,
                 "host cache budget: 8GB, 512MiB or a slot count (default: sized by the residency plan)");
+  g->add_option("--expert-cache-gpu", f.cache_gpu,
+                "gpu tier budget (--backend cuda): 2GB, 512MiB or a slot count (default: sized from free device "
+                "memory)");
   g->add_option("--expert-cache-policy", f.cache_policy, "hot (decayed frequency + recency) or lru")
       ->check(CLI::IsMember({"hot", "lru"}));
   g->add_option("--expert-io", f.io, "auto (io_uring, else pread), uring or pread")

@@ -5,15 +5,20 @@
 //   ctx,prefill_tokens,prefill_tps,gen_tokens,gen_tps,kv_bytes
 // kv_bytes: the session state at that context by the engine's memory plan (sliding windows,
 // compressor windows, compressed rows; spec §8).
+// With streamed experts (--ssd-streaming, tools/common/expert_flags.h), each frontier also
+// prints on stderr one "generation experts:" line of key=value figures for its generation
+// alone (tier hit rates, bytes read and copied per token, stall), and --stats the totals.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
 
+#include "common/expert_flags.h"
 #include "core/error.h"
 #include "ds4/engine.h"
 #include "ds4/session.h"
@@ -54,7 +59,8 @@ int main(int argc, char** argv) {
   std::string prompt_file, csv_path, sim = "on";
   int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64;
   uint64_t seed = 1;
-  bool mem_copy = false;
+  bool mem_copy = false, stats = false;
+  ds4::tools::ExpertFlags xf;
   app.add_option("-m,--model", eo.model_path, "GGUF model file")->required();
   app.add_option("--backend", eo.backend, "compute backend: cpu, cuda")->capture_default_str();
   app.add_option("-t,--threads", eo.threads, "CPU compute threads (0: all cores)");
@@ -71,8 +77,11 @@ int main(int argc, char** argv) {
   app.add_flag("--mem-copy", mem_copy,
                "first measure a STREAM-like copy and a read-only pass (1 GiB, --threads threads, best of 3) and "
                "print them to stderr: the memory bandwidth decode is bounded by");
+  app.add_flag("--stats", stats, "print the expert-streaming counters at the end (stderr)");
+  ds4::tools::add_expert_flags(app, xf);
   CLI11_PARSE(app, argc, argv);
   try {
+    xf.apply(eo);
     if (step == 0) step = ctx_start;
     if (ctx_max < ctx_start) ds4::fail("--ctx-max {} is below --ctx-start {}", ctx_max, ctx_start);
     eo.act_quant_sim = sim == "on";
@@ -120,10 +129,24 @@ int main(int argc, char** argv) {
         ds4::GenerateOptions go;
         go.max_tokens = gen_tokens;
         go.stop_at_stop_tokens = false;
+        const auto c0 = engine->expert_counters();
         auto t1 = Clock::now();
         auto r = session->generate(go, [](const ds4::GeneratedToken&) { return true; });
         gen_s = since(t1);
         generated = r.n_generated;
+        if (const auto c1 = engine->expert_counters(); c0 && c1) {
+          const auto d = [](uint64_t a, uint64_t b) { return static_cast<double>(b - a); };
+          const double tok = std::max(1.0, d(c0->tokens, c1->tokens));
+          const double host_sel = d(c0->hits + c0->inflight_hits + c0->misses, c1->hits + c1->inflight_hits + c1->misses);
+          const double gpu_sel = d(c0->gpu_hits + c0->gpu_misses, c1->gpu_hits + c1->gpu_misses);
+          fmt::print(stderr,
+                     "ds4-bench: ctx {} generation experts: tokens={} gpu_hit={:.4f} host_hit={:.4f} "
+                     "read_mib_per_token={:.3f} h2d_mib_per_token={:.3f} stall_ms_per_token={:.3f}\n",
+                     frontier, tok, gpu_sel > 0 ? d(c0->gpu_hits, c1->gpu_hits) / gpu_sel : 0.0,
+                     host_sel > 0 ? d(c0->hits + c0->inflight_hits, c1->hits + c1->inflight_hits) / host_sel : 0.0,
+                     d(c0->bytes_read, c1->bytes_read) / 1048576.0 / tok, d(c0->h2d_bytes, c1->h2d_bytes) / 1048576.0 / tok,
+                     (c1->stall_seconds - c0->stall_seconds) * 1e3 / tok);
+        }
         session->rewind(frontier);
       }
       const uint64_t kv = plan.state_fixed_bytes + plan.state_bytes_per_token * static_cast<uint64_t>(frontier);
@@ -131,6 +154,7 @@ int main(int argc, char** argv) {
                       gen_s > 0 ? static_cast<double>(generated) / gen_s : 0.0, kv));
     }
     if (csv) std::fclose(csv);
+    if (stats && !engine->expert_stats().empty()) fmt::print(stderr, "{}", engine->expert_stats());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ds4-bench: error: %s\n", e.what());
     return 1;

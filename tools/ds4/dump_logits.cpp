@@ -12,6 +12,8 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "model/deepseek4/model.h"
+#include "stream/device_tier.h"
+#include "stream/planner.h"
 #include "stream/setup.h"
 #include "options.h"
 
@@ -49,8 +51,8 @@ void run_dump_logits(const Ds4Options& opts) {
   sr.trace_path = x.trace;
   stream::StreamingSetup ss = stream::setup_streaming(file, sr);  // outlives the model
   if (!ss.describe.empty()) fmt::print(stderr, "{}\n", ss.describe);
-  if (ss.provider && opts.backend != "cpu")
-    fail("expert streaming runs on the CPU backend only so far (backend '{}')", opts.backend);
+  if (!x.cache_gpu.empty() && !ss.provider)
+    fail("--expert-cache-gpu {}: the gpu tier applies when the routed experts stream (--ssd-streaming)", x.cache_gpu);
   mo.experts = ss.provider.get();
   auto model = model::deepseek4::Model::from_file(std::move(file), mo);
   ThreadPool pool(opts.threads);
@@ -61,6 +63,31 @@ void run_dump_logits(const Ds4Options& opts) {
   bo.verbose = opts.verbose;
   auto be = compute::make_backend(bo);
   model->register_weights(*be);
+  // The gpu tier lives in be's memory: let go of it before be goes (declared after be).
+  struct Detach {
+    stream::ExpertProvider* p;
+    ~Detach() {
+      if (p) p->detach_device();
+    }
+  } detach{nullptr};
+  if (ss.provider && be->device_memory()) {
+    // A plain budget (no plan here): --expert-cache-gpu, or every expert that fits in half the
+    // free device memory.
+    stream::DeviceTierRequest r;
+    r.given = x.cache_gpu;
+    if (!r.given.empty()) r.budget_bytes = stream::parse_budget(r.given, "--expert-cache-gpu", &r.budget_slots);
+    r.free_bytes = be->device_free_bytes();
+    r.reserve_bytes = r.free_bytes / 2;
+    r.slot_bytes = ss.provider->slot_bytes();
+    r.expert_count = static_cast<uint64_t>(ss.provider->layout().n_layer * ss.provider->layout().n_expert);
+    r.experts_per_token = ss.provider->experts_per_token();
+    const stream::DeviceTierPlan p = stream::plan_device_tier(r);
+    ss.provider->attach_device(stream::backend_device_slots(*be), p.slots);
+    detach.p = ss.provider.get();
+    fmt::print(stderr, "{}\n", p.describe);
+  } else if (!x.cache_gpu.empty()) {
+    fail("--expert-cache-gpu {}: the gpu tier needs a device backend (--backend cuda)", x.cache_gpu);
+  }
   const auto& hp = model->hparams();
   if (opts.verbose) fmt::print(stderr, "{}\n", hp.describe());
 

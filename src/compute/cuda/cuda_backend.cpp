@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <thread>
@@ -80,6 +81,15 @@ class CudaBackend final : public Backend {
   void fill(float* x, int64_t n, float value) override;
   void synchronize() override;
   void register_weights(const void* data, size_t bytes, const std::string& what) override;
+  bool device_memory() const override { return true; }
+  uint8_t* alloc_weight_slots(size_t bytes, const std::string& what) override;
+  void release_weight_slots(uint8_t* p) override;
+  bool pin_host(void* p, size_t bytes) override;
+  void unpin_host(void* p) override;
+  void upload_async(void* dst, const void* host_src, size_t bytes) override;
+  uint64_t fence() override;
+  bool fence_done(uint64_t f, bool wait) override;
+  uint64_t device_free_bytes() override;
 
   void matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride, int64_t y_stride) override;
   void matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y, int64_t x_stride,
@@ -215,11 +225,18 @@ class CudaBackend final : public Backend {
   int32_t* h_step_ = nullptr;            // pinned staging of it
   cudaEvent_t step_staged_ = nullptr;    // the staging copy has been read
 
+  // A weight range: a device copy of host bytes (key = host address), or device memory used
+  // as weights in place (alloc_weight_slots: key = dev, so the translation is the identity;
+  // host and device addresses never overlap under CUDA's unified virtual addressing).
   struct Region {
     size_t bytes;
     uint8_t* dev;
     std::string what;
   };
+  // Fences (backend.h): events on the stream, passed in order; passed_ is the last one seen done.
+  std::deque<std::pair<uint64_t, cudaEvent_t>> fences_;
+  std::vector<cudaEvent_t> fence_free_;
+  uint64_t fence_next_ = 0, fence_passed_ = 0;
   // Device copy of host weight bytes [p, p+bytes); throws naming `op` and `arg` when the
   // range is not inside one registered region. Null stays null.
   const uint8_t* weight(const void* p, size_t bytes, const char* op, const char* arg) const;
@@ -388,7 +405,9 @@ CudaBackend::~CudaBackend() {
     for (auto& p : prof_pending_) cudaEventDestroy(p.a), cudaEventDestroy(p.b);
     for (cudaEvent_t e : prof_free_) cudaEventDestroy(e);
   }
-  for (auto& [k, r] : weights_) cudaFree(r.dev);
+  for (auto& [k, r] : weights_) cudaFree(r.dev);  // copies and slot arenas alike
+  for (auto& [id, e] : fences_) cudaEventDestroy(e);
+  for (cudaEvent_t e : fence_free_) cudaEventDestroy(e);
   for (auto& [k, p] : freqs_) cudaFree(p);
   for (int i = 0; i < kStaging; ++i) {
     if (staged_[i]) cudaEventDestroy(staged_[i]);
@@ -654,6 +673,98 @@ void CudaBackend::register_weights(const void* data, size_t bytes, const std::st
     throw;
   }
   weights_.emplace(a, Region{bytes, dev, what});
+}
+
+// ---- the device tier of streamed experts (backend.h) -------------------------------------------
+
+uint8_t* CudaBackend::alloc_weight_slots(size_t bytes, const std::string& what) {
+  if (bytes == 0) fail("CUDA alloc_weight_slots: {}: zero bytes", what);
+  uint8_t* dev = nullptr;
+  const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&dev), bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    fail("CUDA: {}: {} bytes ({:.3f} GiB) of device memory failed: {} ({:.3f} GiB free of {:.3f} GiB)", what, bytes,
+         bytes / kGiB, cudaGetErrorString(e), free_b / kGiB, total_b / kGiB);
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(dev);
+  auto it = weights_.upper_bound(a);
+  if ((it != weights_.end() && it->first < a + bytes) ||
+      (it != weights_.begin() && std::prev(it)->first + std::prev(it)->second.bytes > a)) {
+    cudaFree(dev);
+    fail("CUDA alloc_weight_slots: {}: device range overlaps a registered weight range", what);
+  }
+  weights_.emplace(a, Region{bytes, dev, what});
+  return dev;
+}
+
+void CudaBackend::release_weight_slots(uint8_t* p) {
+  auto it = weights_.find(reinterpret_cast<uintptr_t>(p));
+  if (!p || it == weights_.end() || it->second.dev != p) return;
+  // Ops queued on the stream may still read the slots.
+  if (cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();
+  cudaFree(p);
+  weights_.erase(it);
+}
+
+bool CudaBackend::pin_host(void* p, size_t bytes) {
+  if (!p || bytes == 0) return true;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the locked-memory limit: the buffer stays pageable
+    return false;
+  }
+  return true;
+}
+
+void CudaBackend::unpin_host(void* p) {
+  if (p && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
+void CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
+  qact_forget();
+  if (rec_) fail("CUDA upload_async: internal: host data inside a recorded decode step");
+  if (bytes) check(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_), "upload_async");
+}
+
+uint64_t CudaBackend::fence() {
+  if (rec_) fail("CUDA fence: internal: a fence inside a recorded decode step");
+  cudaEvent_t e = nullptr;
+  if (!fence_free_.empty()) {
+    e = fence_free_.back();
+    fence_free_.pop_back();
+  } else {
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate(fence)");
+  }
+  const cudaError_t r = cudaEventRecord(e, stream_);
+  if (r != cudaSuccess) {
+    fence_free_.push_back(e);
+    check(r, "cudaEventRecord(fence)");
+  }
+  fences_.emplace_back(++fence_next_, e);
+  return fence_next_;
+}
+
+bool CudaBackend::fence_done(uint64_t f, bool wait) {
+  while (f > fence_passed_ && !fences_.empty()) {
+    auto [id, e] = fences_.front();
+    const cudaError_t r = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    if (r != cudaSuccess) {
+      cudaGetLastError();
+      fail("CUDA fence: the stream failed (a kernel or copy issued before the fence): {}", cudaGetErrorString(r));
+    }
+    fence_passed_ = id;
+    fences_.pop_front();
+    fence_free_.push_back(e);
+  }
+  return f <= fence_passed_;
+}
+
+uint64_t CudaBackend::device_free_bytes() {
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  return free_b;
 }
 
 const uint8_t* CudaBackend::weight(const void* p, size_t bytes, const char* op, const char* arg) const {

@@ -1,6 +1,6 @@
 #include "model/common/streamed_experts.h"
 
-#include <cstring>
+#include <algorithm>
 
 #include "stream/provider.h"
 
@@ -22,41 +22,54 @@ void streamed_moe_experts(compute::Backend& be, stream::ExpertProvider& xp, int6
                           int64_t n, float limit, const compute::Buffer<float>& x,
                           const compute::Buffer<int32_t>& experts, const compute::Buffer<float>& weights,
                           const std::vector<int32_t>& guess, compute::Buffer<float>& y) {
+  // The routing comes to the host (the layer's one synchronization: the provider must know the
+  // experts); activations, weights and outputs stay in backend memory.
   const std::vector<int32_t> ids = experts.to_host();
-  const std::vector<float> w = weights.to_host(), xh = x.to_host();
-  // Tokens per expert, in slot order (the order moe_experts gathers them in).
+  const std::vector<float> w = weights.to_host();
+  // Slots per expert, in slot order (the order moe_experts gathers them in).
   std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(xp.layout().n_expert));
-  for (int64_t s = 0; s < n * K; ++s) by_expert[static_cast<size_t>(ids[static_cast<size_t>(s)])].push_back(s);
-  std::vector<float> slot_out(static_cast<size_t>(n * K * d), 0.0f), xg, wg, yh;
+  size_t max_m = 0;
+  for (int64_t s = 0; s < n * K; ++s) {
+    auto& v = by_expert[static_cast<size_t>(ids[static_cast<size_t>(s)])];
+    v.push_back(s);
+    max_m = std::max(max_m, v.size());
+  }
+  const size_t row = static_cast<size_t>(d) * sizeof(float);
+  // Each slot's output, slot-major: slot (t, k) at row k*n + t, so adding the K blocks of n
+  // rows in k order sums every token's slots in slot order, as moe_experts does.
+  compute::Buffer<float> slot_out(be, static_cast<size_t>(n * K * d));
+  compute::Buffer<int32_t> zero(be, max_m);  // expert 0 of a one-expert set, for every row
+  zero.from_host(std::vector<int32_t>(max_m, 0));
+  compute::Buffer<float> xb, wb, yb;  // gathered rows of experts with several tokens (prefill)
+  if (max_m > 1) {
+    xb = compute::Buffer<float>(be, max_m * static_cast<size_t>(d));
+    wb = compute::Buffer<float>(be, max_m);
+    yb = compute::Buffer<float>(be, max_m * static_cast<size_t>(d));
+  }
+  auto out_row = [&](int64_t s) { return slot_out.data() + ((s % K) * n + s / K) * d; };
+  std::vector<float> wg;
   stream::ExpertLease lease = xp.acquire(il, ids, K);
   if (!guess.empty()) xp.hint(il + 1, guess);  // after acquire: this layer's experts are pinned
   while (const auto* e = lease.next()) {
     const auto& slots = by_expert[static_cast<size_t>(e->id)];
     const int64_t m = static_cast<int64_t>(slots.size());
-    xg.resize(static_cast<size_t>(m * d));
+    const compute::ExpertSet g = one_expert(e->gate), u = one_expert(e->up), dn = one_expert(e->down);
+    if (m == 1) {  // decode: the token's row, weight and output slot in place
+      const int64_t s = slots[0];
+      be.moe_experts(g, u, dn, x.data() + (s / K) * d, zero.data(), weights.data() + s, 1, 1, limit, out_row(s));
+      continue;
+    }
     wg.resize(static_cast<size_t>(m));
     for (int64_t i = 0; i < m; ++i) {
-      std::memcpy(xg.data() + i * d, xh.data() + (slots[i] / K) * d, static_cast<size_t>(d) * sizeof(float));
+      be.copy(xb.data() + i * d, x.data() + (slots[i] / K) * d, row);
       wg[static_cast<size_t>(i)] = w[static_cast<size_t>(slots[i])];
     }
-    compute::Buffer<float> xb(be, xg.size()), wb(be, wg.size()), yb(be, xg.size());
-    compute::Buffer<int32_t> zero(be, static_cast<size_t>(m));
-    xb.from_host(xg);
     wb.from_host(wg);
-    zero.from_host(std::vector<int32_t>(static_cast<size_t>(m), 0));
-    be.moe_experts(one_expert(e->gate), one_expert(e->up), one_expert(e->down), xb.data(), zero.data(), wb.data(), m,
-                   1, limit, yb.data());
-    yh = yb.to_host();
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(slot_out.data() + slots[i] * d, yh.data() + i * d, static_cast<size_t>(d) * sizeof(float));
+    be.moe_experts(g, u, dn, xb.data(), zero.data(), wb.data(), m, 1, limit, yb.data());
+    for (int64_t i = 0; i < m; ++i) be.copy(out_row(slots[i]), yb.data() + i * d, row);
   }
-  std::vector<float> yv(static_cast<size_t>(n * d), 0.0f);
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t k = 0; k < K; ++k) {
-      const float* s = slot_out.data() + (t * K + k) * d;
-      for (int64_t i = 0; i < d; ++i) yv[static_cast<size_t>(t * d + i)] += s[i];
-    }
-  y.from_host(yv);
+  be.fill(y.data(), n * d, 0.0f);
+  for (int64_t k = 0; k < K; ++k) be.add(y.data(), slot_out.data() + k * n * d, n * d);
 }
 
 }  // namespace ds4::model

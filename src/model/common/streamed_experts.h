@@ -1,10 +1,11 @@
 #pragma once
 // Routed experts from the streaming provider (src/stream) for any model family whose MoE is
-// the backend's moe_experts op: the same op, run per expert as each arrives (cached ones
-// first) on the tokens routed to it, then each token's outputs summed in slot order as
-// moe_experts does, so the result is bit-identical to the resident op.
-// (src/model/deepseek4/moe.cpp has its own copy of this function, from before qwen35moe
-// streamed; the two are the same computation.)
+// the backend's moe_experts op (deepseek4 and qwen35moe): the same op, run per expert as each
+// arrives (cached ones first) on the tokens routed to it, then each token's outputs summed in
+// slot order as moe_experts does (from 0, with add), so the result is bit-identical to the
+// resident op. Only the routing comes to the host; rows are gathered and outputs summed with
+// backend ops, so on a device backend whose provider has a device tier the weights, inputs and
+// outputs never leave the device.
 #include <cstdint>
 #include <vector>
 

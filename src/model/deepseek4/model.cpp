@@ -4,10 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "compute/numerics.h"
 #include "core/error.h"
 #include "model/deepseek4/forward.h"
+#include "stream/layout.h"
 
 namespace ds4::model::deepseek4 {
 
@@ -27,15 +31,37 @@ std::unique_ptr<Model> Model::from_file(gguf::File file, Options opt) {
 }
 
 void Model::register_weights(compute::Backend& be) const {
-  // The tensor data section is one contiguous range of the mapping.
+  // Tensor data in address order, as ranges of adjacent tensors (the gaps between them are
+  // alignment padding of the mapping): one range for a resident model, the whole data section.
+  // With streamed experts, the routed-expert tensors are left out and split the ranges: the
+  // expert cache serves them (a device backend would otherwise copy ~90% of a Flash file, and
+  // a GGUF whose experts pack-experts freed has holes there).
+  std::unordered_set<std::string> streamed;
+  if (opt_.experts)
+    for (int64_t il = 0; il < hp_.n_layer; ++il)
+      for (int c = 0; c < 3; ++c) streamed.insert(stream::expert_tensor_name(il, c));
+  std::vector<const gguf::TensorInfo*> ts;
+  for (const auto& t : file_.tensors())
+    if (t.data && t.n_bytes > 0) ts.push_back(&t);
+  std::sort(ts.begin(), ts.end(), [](const auto* a, const auto* b) { return a->data < b->data; });
   const uint8_t* lo = nullptr;
   const uint8_t* hi = nullptr;
-  for (const auto& t : file_.tensors()) {
-    if (!t.data) continue;
-    if (!lo || t.data < lo) lo = t.data;
-    if (!hi || t.data + t.n_bytes > hi) hi = t.data + t.n_bytes;
+  int n_ranges = 0;
+  auto flush = [&] {
+    if (lo)
+      be.register_weights(lo, static_cast<size_t>(hi - lo),
+                          n_ranges++ == 0 ? file_.path() : fmt::format("{} (part {})", file_.path(), n_ranges));
+    lo = hi = nullptr;
+  };
+  for (const auto* t : ts) {
+    if (streamed.count(t->name)) {
+      flush();
+      continue;
+    }
+    if (!lo) lo = t->data;
+    hi = std::max(hi, t->data + t->n_bytes);
   }
-  if (lo) be.register_weights(lo, static_cast<size_t>(hi - lo), file_.path());
+  flush();
   size_t i = 0;
   for (const auto& v : w_.widened())
     be.register_weights(v.data(), v.size() * sizeof(float), fmt::format("widened vector {}", i++));

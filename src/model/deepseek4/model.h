@@ -57,8 +57,9 @@ class Model {
   // A fresh state in `be`'s memory with room for n_ctx positions.
   State new_state(compute::Backend& be, int64_t n_ctx) const { return State::create(hp_, be, n_ctx); }
 
-  // Announces every weight byte to `be` (a device backend copies them once; see backend.h).
-  // Must be called once per backend before its first eval.
+  // Announces every weight byte to `be` (a device backend copies them once; see backend.h),
+  // except the routed experts' when Options::experts streams them. Must be called once per
+  // backend before its first eval.
   void register_weights(compute::Backend& be) const;
 
   // Evaluates `tokens` at positions state.n_pos, state.n_pos+1, ... as one batch (layer-major)
