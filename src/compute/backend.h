@@ -73,17 +73,6 @@ struct HcParams {
   float rms_eps = 0;  // eps of the streams' RMS
 };
 
-// One sub-layer's hyper-connection post (Backend::hc_post's inputs), handed to the next
-// sub-layer's pre-mix (Backend::hc_post_pre_norm).
-struct HcPostArgs {
-  const float* y = nullptr;
-  const float* X = nullptr;
-  const float* post = nullptr;
-  const float* comb = nullptr;
-  int n_hc = 0;
-  int64_t n = 0;
-};
-
 // The quantization-aware rounding steps of spec §5.2-5.4 (see compute/numerics.h).
 enum class ActRound {
   Fp8,          // FP8 E4M3 round trip in blocks of 64 over the first n_round values
@@ -292,12 +281,6 @@ class Backend {
   // (y: rows x n, X/Xout: rows x [n_hc][n], post: rows x n_hc, comb: rows x n_hc x n_hc). Xout != X.
   virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
                        int64_t n, float* Xout) = 0;
-  // A sub-layer boundary as one op: Xout = hc_post(prev) (rows rows), then hc_pre_norm(fn, Xout,
-  // ...) of the next sub-layer. The default runs the two ops; a backend may fuse them (the
-  // pre-mix forming Xout from prev itself) but must give the same Xout and outputs.
-  virtual void hc_post_pre_norm(const HcPostArgs& prev, float* Xout, const Matrix& fn, float* mix, int64_t rows,
-                                const HcParams& p, bool norm, const float* norm_w, float norm_eps, float* x_in,
-                                float* post, float* comb);
 
   // For each head h of one query: o_h = sum_k e^{s_k - m} v_k / (e^{sink_h - m} + sum_k e^{s_k - m}),
   // s_k = scale * q_h . kv_k over the rows of `kv` in its order (spec §6.7). q, out:

@@ -84,13 +84,6 @@ void Backend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t 
   if (norm) rms_norm(x_in, norm_w, p.n, rows, norm_eps, x_in);
 }
 
-void Backend::hc_post_pre_norm(const HcPostArgs& prev, float* Xout, const Matrix& fn, float* mix, int64_t rows,
-                               const HcParams& p, bool norm, const float* norm_w, float norm_eps, float* x_in,
-                               float* post, float* comb) {
-  hc_post(prev.y, prev.X, prev.post, prev.comb, rows, prev.n_hc, prev.n, Xout);
-  hc_pre_norm(fn, Xout, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);
-}
-
 void Backend::attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, int64_t head_dim, const float* kv_norm,
                             float eps, std::span<const double> freqs, int64_t pos0, int64_t n_round) {
   rms_norm(q, nullptr, head_dim, rows * n_heads, eps, q);

@@ -108,9 +108,6 @@ class CudaBackend final : public Backend {
                    std::span<float* const> ys) override;
   void hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                    const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) override;
-  void hc_post_pre_norm(const HcPostArgs& prev, float* Xout, const Matrix& fn, float* mix, int64_t rows,
-                        const HcParams& p, bool norm, const float* norm_w, float norm_eps, float* x_in, float* post,
-                        float* comb) override;
   void hc_pre(const float* X, float* mix, int64_t rows, const HcParams& p, float* x_in, float* post,
               float* comb) override;
   void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
@@ -177,11 +174,6 @@ class CudaBackend final : public Backend {
   // that reads comb (the only reader), so the sub-layer's chain does not wait for it. In a
   // recorded step the fork and join are graph edges.
   bool hc_side_ = false;
-  bool fuse_post_ = false;  // DS4_CUDA_FUSE_POST=1: hc_post_pre_norm in the pre-mix kernel (measured slower: off)
-  // The fused one-row pre-mix of hc_pre_norm / hc_post_pre_norm; false: nothing ran.
-  bool hc_pre_fused_row(const Matrix& fn, const float* X, float* mix, const HcParams& p, bool norm,
-                        const float* norm_w, float norm_eps, float* x_in, float* post, float* comb,
-                        const cuda::HcPrev& prev);
   cudaStream_t side_ = nullptr;
   cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
   const float* side_comb_ = nullptr;  // comb being formed on side_ (joined at the latest by its hc_post)
@@ -355,7 +347,6 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
   hc_side_ = cuda::env_switch("DS4_CUDA_HC_SIDE", false);
-  fuse_post_ = cuda::env_switch("DS4_CUDA_FUSE_POST", false);
   if (hc_side_) {
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate(side)");
     check(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming), "cudaEventCreate(side fork)");
@@ -1026,51 +1017,33 @@ void CudaBackend::hc_pre(const float* X, float* mix, int64_t rows, const HcParam
                stream_);
 }
 
-bool CudaBackend::hc_pre_fused_row(const Matrix& fn, const float* X, float* mix, const HcParams& p, bool norm,
-                                   const float* norm_w, float norm_eps, float* x_in, float* post, float* comb,
-                                   const cuda::HcPrev& prev) {
-  const int wtype = fn.type == GgmlType::F32 ? 0 : fn.type == GgmlType::F16 ? 1 : fn.type == GgmlType::BF16 ? 2 : -1;
-  if (!fuse_hc_ || wtype < 0) return false;
-  Prof prof(this, prev.y ? "hc_post + hc_pre fused" : post ? "hc_pre fused" : "hc_pre fused head");
-  const HcWeights w = hc_weights(p, post, comb);
-  const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
-  const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
-  const cuda::Q8Out q = norm ? qact_prepare(1, p.n) : cuda::Q8Out{};
-  const bool side =
-      !prev.y && hc_side_ && hc_overlap_ && post && p.n_hc * p.n_hc <= 32 && (2 + p.n_hc) * p.n_hc <= 1024;
-  join_side();  // one comb in flight at a time (and prev's comb may come from the side stream)
-  if (!cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
-                          p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb, hc_overlap_,
-                          stream_, q, side ? side_mix_ : nullptr, prev))
-    return false;
-  if (side) {
-    check(cudaEventRecord(side_fork_, stream_), "cudaEventRecord(side fork)");
-    check(cudaStreamWaitEvent(side_, side_fork_, 0), "cudaStreamWaitEvent(side fork)");
-    cuda::hc_comb(side_mix_, w.scale, w.base, p.n_hc, p.sinkhorn_iters, p.hc_eps, comb, side_);
-    check(cudaEventRecord(side_join_, side_), "cudaEventRecord(side join)");
-    side_comb_ = comb;
-  }
-  qact_commit(q, x_in, p.n);
-  return true;
-}
-
 void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                               const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
   qact_forget();
-  if (rows == 1 && hc_pre_fused_row(fn, X, mix, p, norm, norm_w, norm_eps, x_in, post, comb, {})) return;
+  const int wtype = fn.type == GgmlType::F32 ? 0 : fn.type == GgmlType::F16 ? 1 : fn.type == GgmlType::BF16 ? 2 : -1;
+  if (fuse_hc_ && rows == 1 && wtype >= 0) {
+    Prof prof(this, post ? "hc_pre fused" : "hc_pre fused head");
+    const HcWeights w = hc_weights(p, post, comb);
+    const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
+    const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
+    const cuda::Q8Out q = norm ? qact_prepare(rows, p.n) : cuda::Q8Out{};
+    const bool side = hc_side_ && hc_overlap_ && post && p.n_hc * p.n_hc <= 32 && (2 + p.n_hc) * p.n_hc <= 1024;
+    join_side();  // one comb in flight at a time
+    if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
+                           p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb,
+                           hc_overlap_, stream_, q, side ? side_mix_ : nullptr)) {
+      if (side) {
+        check(cudaEventRecord(side_fork_, stream_), "cudaEventRecord(side fork)");
+        check(cudaStreamWaitEvent(side_, side_fork_, 0), "cudaStreamWaitEvent(side fork)");
+        cuda::hc_comb(side_mix_, w.scale, w.base, p.n_hc, p.sinkhorn_iters, p.hc_eps, comb, side_);
+        check(cudaEventRecord(side_join_, side_), "cudaEventRecord(side join)");
+        side_comb_ = comb;
+      }
+      qact_commit(q, x_in, p.n);
+      return;
+    }
+  }
   Backend::hc_pre_norm(fn, X, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);
-}
-
-void CudaBackend::hc_post_pre_norm(const HcPostArgs& prev, float* Xout, const Matrix& fn, float* mix, int64_t rows,
-                                   const HcParams& p, bool norm, const float* norm_w, float norm_eps, float* x_in,
-                                   float* post, float* comb) {
-  qact_forget();
-  if (Xout == prev.X) fail("CUDA hc_post: Xout must not alias X");
-  if (fuse_post_ && rows == 1 && post && prev.n_hc == p.n_hc && prev.n == p.n &&
-      hc_pre_fused_row(fn, Xout, mix, p, norm, norm_w, norm_eps, x_in, post, comb,
-                       cuda::HcPrev{prev.y, prev.X, prev.post, prev.comb, Xout}))
-    return;
-  Backend::hc_post_pre_norm(prev, Xout, fn, mix, rows, p, norm, norm_w, norm_eps, x_in, post, comb);
 }
 
 void CudaBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,

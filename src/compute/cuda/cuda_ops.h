@@ -51,16 +51,6 @@ struct Q8Out {
   float* d = nullptr;
 };
 
-// The previous sub-layer's hc_post for hc_pre_fused to form its X from (y null: none):
-// Xout = hc_post(y, X, post, comb), written by the kernel's first block.
-struct HcPrev {
-  const float* y = nullptr;
-  const float* X = nullptr;
-  const float* post = nullptr;
-  const float* comb = nullptr;
-  float* Xout = nullptr;
-};
-
 // Throws ds4::Error("CUDA <what>: <text>") when e is not cudaSuccess.
 void check(cudaError_t e, const char* what);
 // After a launch: throws naming the kernel when the launch failed.
@@ -106,8 +96,7 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s, Q8Out q = {}, float* mix_side = nullptr,
-                  const HcPrev& prev = {});
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q = {}, float* mix_side = nullptr);
 // mix_side (overlap only, not the head): the kernel also writes the scaled mixes there and leaves
 // comb alone; hc_comb, launched after it (on another stream, ordered by an event), forms comb
 // from that copy (which must outlive it: the caller's mix may be released at once).

@@ -251,15 +251,6 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
   rms_store_strided(xi, norm_w, n, inv_rms_of(t, n, norm_eps), x_in, first, workers, q);
 }
 
-// Element (stream j, d) of one row's hc_post: post[j] y[d] + sum_i comb[i][j] X[i][d], the
-// CPU's order (this file has no FMA contraction). k_hc_post and the fused pre-mix share it.
-__device__ __forceinline__ float hc_post_elem(const float* y, const float* X, const float* post, const float* comb,
-                                              int n_hc, int64_t n, int j, int64_t d) {
-  float acc = post[j] * y[d];
-  for (int i = 0; i < n_hc; ++i) acc += comb[i * n_hc + j] * X[i * n + d];
-  return acc;
-}
-
 // hc_pre_norm for one row, fused (backend.h): block b < n_mix stages X and weight row b of fn in
 // shared memory and its warp 0 forms mix[b] as the CPU's float dot (32 FMA chains, lane L =
 // chain L, folded; width % 32 == 0). The last block to finish (a device counter, reset by that
@@ -285,8 +276,7 @@ template <int kWType, bool kOverlap>
 __global__ void __launch_bounds__(1024)
     k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc, int64_t n, const float* scale,
                    const float* base, int iters, float hc_eps, float rms_eps, bool norm, const float* norm_w,
-                   float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q, float* mix_side,
-                   HcPrev prev) {
+                   float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q, float* mix_side) {
   pdl_trigger();
   extern __shared__ uint4 hsm4[];
   __shared__ bool last;
@@ -301,31 +291,15 @@ __global__ void __launch_bounds__(1024)
     const uint4* wv = reinterpret_cast<const uint4*>(fn + static_cast<size_t>(b) * fn_stride);
     uint4* xd = hsm4;
     uint4* wd = reinterpret_cast<uint4*>(ws);
-    // With prev, every block forms the streams itself from the previous sub-layer's post (the
-    // same operations as k_hc_post); block 0 also stores them as that post's output.
-    auto form_streams = [&] {
-      for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        const float v = hc_post_elem(prev.y, prev.X, prev.post, prev.comb, n_hc, n, i / static_cast<int>(n),
-                                     i % static_cast<int>(n));
-        xs[i] = v;
-        if (b == 0) prev.Xout[i] = v;
-      }
-    };
     if constexpr (kOverlap) {
       // The weight row first: it may be read before the streams are ready (pdl_trigger).
       for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) cp_async16(smem_addr(wd + i), wv + i);
       pdl_wait();
-      if (prev.y)
-        form_streams();
-      else
-        for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(smem_addr(xd + i), xv + i);
+      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) cp_async16(smem_addr(xd + i), xv + i);
       cp_async_wait_all();
     } else {
       pdl_wait();
-      if (prev.y)
-        form_streams();
-      else
-        for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);
+      for (int i = threadIdx.x; i < width / 4; i += blockDim.x) xd[i] = __ldg(xv + i);
       for (int i = threadIdx.x; i < width * kES / 16; i += blockDim.x) wd[i] = __ldg(wv + i);
     }
   }
@@ -383,8 +357,13 @@ __global__ void k_hc_post(const float* y, const float* X, const float* post, con
   const int64_t per_row = n_hc * n;
   if (t >= rows * per_row) return;
   const int64_t r = t / per_row, rem = t % per_row;
-  Xout[t] = hc_post_elem(y + r * n, X + r * per_row, post + r * n_hc, comb + r * n_hc * n_hc, n_hc, n,
-                         static_cast<int>(rem / n), rem % n);
+  const int j = static_cast<int>(rem / n);
+  const int64_t d = rem % n;
+  const float* Xr = X + r * per_row;
+  const float* cr = comb + r * n_hc * n_hc;
+  float acc = post[r * n_hc + j] * y[r * n + d];
+  for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
+  Xout[t] = acc;
 }
 
 }  // namespace
@@ -401,7 +380,7 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s, Q8Out q, float* mix_side, const HcPrev& prev) {
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q, float* mix_side) {
   const bool head = post == nullptr;
   if (mix_side && (!overlap || head)) fail("CUDA hc_pre (fused): internal: comb on the side needs the overlap variant");
   const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
@@ -413,11 +392,10 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
   const bool aligned =
       reinterpret_cast<uintptr_t>(fn) % 16 == 0 && fn_stride % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
   if (!shape_ok || !aligned) return false;
-  if (prev.y && (head || mix_side || !prev.X || !prev.post || !prev.comb || !prev.Xout)) return false;
   auto run = [&](auto kernel) {
     gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
     launch(kernel, static_cast<unsigned>(n_mix), 1024, smem, s, fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
-           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb, q, mix_side, prev);
+           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb, q, mix_side);
   };
   if (overlap) {
     if (wtype == 0)

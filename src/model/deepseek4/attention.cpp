@@ -5,7 +5,6 @@
 // so a batch equals serial decoding.
 #include <algorithm>
 #include <cmath>
-#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -144,7 +143,7 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
          G * rank, group_in);
   be_.matmul_grouped(L.out_a, G, heads.data(), n_, low.data(), nh * hd, G * rank);
   FBuf out = project(L.out_b, low, n_);
-  hc_post(std::move(mix), std::move(out), X, Xout);
+  hc_post(mix, out, X, Xout);
 }
 
 }  // namespace ds4::model::deepseek4

@@ -20,15 +20,6 @@ HcMix Forward::hc_pre(const compute::Matrix& fn, const float* base, const float*
   const int hc = hp_.n_hc;
   FBuf mix = buf(n_ * fn.n_out);
   HcMix out{buf(n_ * d), buf(n_ * hc), buf(n_ * hc * hc)};
-  if (pending_) {
-    if (pending_->Xout != X.data()) fail("deepseek4: internal: a deferred hc_post does not feed this pre-mix");
-    const compute::HcPostArgs prev{pending_->y.data(), pending_->X, pending_->post.data(), pending_->comb.data(),
-                                   hc, d};
-    be_.hc_post_pre_norm(prev, pending_->Xout, fn, mix.data(), n_, hc_params(scale, base), true, norm, hp_.rms_eps,
-                         out.x_in.data(), out.post.data(), out.comb.data());
-    pending_.reset();
-    return out;
-  }
   be_.hc_pre_norm(fn, X.data(), mix.data(), n_, hc_params(scale, base), true, norm, hp_.rms_eps, out.x_in.data(),
                   out.post.data(), out.comb.data());
   return out;
@@ -38,20 +29,8 @@ compute::HcParams Forward::hc_params(const float* scale, const float* base) cons
   return {hp_.n_hc, hp_.n_embd, scale, base, hp_.sinkhorn_iters, hp_.hc_eps, hp_.rms_eps};
 }
 
-void Forward::hc_post(HcMix&& mix, FBuf&& y, const FBuf& X, FBuf& Xout) {
-  flush_post();
-  if (!hook_) {  // a hook reads (and may change) Xout before the next sub-layer: run it now
-    pending_ = PendingPost{std::move(y), std::move(mix.post), std::move(mix.comb), X.data(), Xout.data()};
-    return;
-  }
+void Forward::hc_post(const HcMix& mix, const FBuf& y, const FBuf& X, FBuf& Xout) {
   be_.hc_post(y.data(), X.data(), mix.post.data(), mix.comb.data(), n_, hp_.n_hc, hp_.n_embd, Xout.data());
-}
-
-void Forward::flush_post() {
-  if (!pending_) return;
-  be_.hc_post(pending_->y.data(), pending_->X, pending_->post.data(), pending_->comb.data(), n_, hp_.n_hc, hp_.n_embd,
-              pending_->Xout);
-  pending_.reset();
 }
 
 FBuf Forward::head_logits(const FBuf& X, int64_t first_row) {
@@ -77,7 +56,6 @@ FBuf Forward::layers() {
     std::swap(X, Xn);
     if (hook_) hook_->after_sublayer(be_, il, Sublayer::Ffn, X.data(), n_, p0_);
   }
-  flush_post();
   return X;
 }
 

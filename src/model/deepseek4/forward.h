@@ -3,7 +3,6 @@
 // forward.cpp (embedding, hyper-connections, head), attention.cpp and moe.cpp. Every tensor
 // lives in backend memory (compute/backend.h); only the logits come back to the host.
 #include <cstdint>
-#include <optional>
 #include <span>
 #include <vector>
 
@@ -37,10 +36,7 @@ class Forward {
   // x_in comes back normalized by rms_norm with `norm` (the sub-layer's attn_norm / ffn_norm).
   HcMix hc_pre(const compute::Matrix& fn, const float* base, const float* scale, const FBuf& X, const float* norm);
   compute::HcParams hc_params(const float* scale, const float* base) const;
-  // The sub-layer's post: Xout = hc_post(y, X). Without a hook it is deferred to the next
-  // pre-mix (Backend::hc_post_pre_norm, which a backend may fuse); flush_post() runs it alone.
-  void hc_post(HcMix&& mix, FBuf&& y, const FBuf& X, FBuf& Xout);
-  void flush_post();
+  void hc_post(const HcMix& mix, const FBuf& y, const FBuf& X, FBuf& Xout);
   // Logits of rows first_row.. of the batch (backend memory).
   FBuf head_logits(const FBuf& X, int64_t first_row);
   // Embedding and every layer: the final residual streams.
@@ -78,13 +74,6 @@ class Forward {
   int64_t n_;
   int64_t p0_;
   LayerHook* hook_;
-  // A deferred hc_post (hc_post above): its inputs, kept alive until the next pre-mix runs it.
-  struct PendingPost {
-    FBuf y, post, comb;
-    const float* X = nullptr;
-    float* Xout = nullptr;
-  };
-  std::optional<PendingPost> pending_;
 };
 
 }  // namespace ds4::model::deepseek4

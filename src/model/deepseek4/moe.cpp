@@ -3,7 +3,6 @@
 // projection, and the shared expert. Routing and the routed experts are backend ops
 // (moe_route, moe_experts), so a device backend never brings expert ids back to the host
 // (except when the experts stream: model/common/streamed_experts.h).
-#include <utility>
 
 #include "model/common/streamed_experts.h"
 #include "model/deepseek4/forward.h"
@@ -61,7 +60,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   }
 
   if (L.has_shared) be_.add(y.data(), ys.data(), n_ * d);
-  hc_post(std::move(mix), std::move(y), X, Xout);
+  hc_post(mix, y, X, Xout);
 }
 
 }  // namespace ds4::model::deepseek4
