@@ -43,21 +43,24 @@ __device__ __forceinline__ int folded_dot(int lane) {
 
 // The 8 warps of a block (32 heads of one query) read the same rows: each group of 8 rows is
 // staged once in shared memory (cp.async, two groups deep) instead of loaded by every warp.
-template <int STEPS>  // head_dim / 32
-__global__ void __launch_bounds__(32 * kSWarps, 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
-                                                                       float scale, float* S, int* err) {
+// WARPS x 4 heads and TILE rows per block: 8 x 128 for a chunk of queries; one query (decode)
+// has too few dots to fill the GPU with such blocks (10 for the Flash shape at 640 rows), so it
+// takes small tiles of few heads (attn_scores_tiled).
+template <int STEPS, int WARPS = kSWarps, int TILE = kSTile>  // STEPS = head_dim / 32
+__global__ void __launch_bounds__(32 * WARPS, 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
+                                                                     float scale, float* S, int* err) {
   pdl_begin();
   constexpr int D = STEPS * 32;
   constexpr int kGroupFloats = kSRows * D;
   __shared__ __align__(16) float rows_s[2][kGroupFloats];
-  __shared__ const float* rows_p[kSTile];
+  __shared__ const float* rows_p[TILE];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t h0 = (static_cast<int64_t>(blockIdx.y) * kSWarps + warp) * kSHeads;
+  const int64_t h0 = (static_cast<int64_t>(blockIdx.y) * WARPS + warp) * kSHeads;
   const bool live = h0 < n_heads;  // idle warps still stage rows and meet the barriers
   const AttnSpan sp = attn_span(kv);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kSTile;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * TILE;
   if (t0 >= sp.total) return;  // the whole block
-  const int64_t t1 = t0 + kSTile < sp.total ? t0 + kSTile : sp.total;
+  const int64_t t1 = t0 + TILE < sp.total ? t0 + TILE : sp.total;
   const int n_rows = static_cast<int>(t1 - t0), n_groups = (n_rows + kSRows - 1) / kSRows;
   for (int i = threadIdx.x; i < n_rows; i += blockDim.x) rows_p[i] = attn_row(kv, sp, t0 + i, D, err);
   const int64_t z = blockIdx.z;
@@ -189,25 +192,165 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
     if (k < nh) out[(z * n_heads + h0 + k) * head_dim + d] = __fmul_rn(acc[k], inv[z * n_heads + h0 + k]);
 }
 
+
+// ---- softmax and weighted rows of one query, fused --------------------------------------------------
+// Block = kFHeads heads x kFDims dims; thread = one dim of kFHpt heads (warp w: heads 2w, 2w+1).
+// The block first takes its heads' maxima (m = max(sink, s_k), the softmax kernel's reduction),
+// then walks the rows in stages of kFStage, double-buffered: thread t copies row t's kFDims
+// floats into shared memory with cp.async (so a stage's loads are all in flight at once) and
+// writes e = exp(s - m) for its row and the block's heads. Each thread then runs, in row order,
+// o = 0 + e_0 v_0 + e_1 v_1 + ... and den = exp(sink - m) + e_0 + e_1 + ..., and stores
+// o * (1 / den): the softmax kernel's and k_attn_out's operations bit for bit, without the
+// launch between them or k_attn_out's chains of dependent global loads (128 blocks of 8 warps
+// each walking 640 rows from L2 took 23 us for the Flash shape).
+constexpr int kFHeads = 8, kFDims = 32, kFHpt = 2, kFThreads = kFHeads * kFDims / kFHpt, kFStage = kFThreads;
+static_assert(kFHpt == 2 && kFThreads / 32 * kFHpt == kFHeads, "warp w owns heads 2w and 2w+1");
+
+__global__ void __launch_bounds__(kFThreads) k_attn_softmax_out(const float* S, const float* sinks, int64_t n_heads,
+                                                                int64_t head_dim, AttnRows kv, float* out, int* err) {
+  pdl_begin();
+  __shared__ __align__(16) float v_sh[2][kFStage][kFDims];
+  __shared__ __align__(8) float e_sh[2][kFStage][kFHeads];
+  __shared__ float m_sh[kFHeads];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kFHeads, d0 = static_cast<int64_t>(blockIdx.x) * kFDims;
+  const int64_t z = blockIdx.z;
+  const AttnSpan sp = attn_span(kv);
+  const int64_t total = sp.total;
+  S += (z * n_heads + h0) * kv.max_rows;
+  const int nh = static_cast<int>(n_heads - h0 < kFHeads ? n_heads - h0 : kFHeads);
+  // Maxima: warp w reduces heads 2w and 2w+1 (a missing head: 0, never used).
+#pragma unroll
+  for (int k = 0; k < kFHpt; ++k) {
+    const int hl = warp * kFHpt + k;
+    if (hl >= nh) {
+      if (lane == 0) m_sh[hl] = 0.0f;
+      continue;
+    }
+    const float* s = S + hl * kv.max_rows;
+    float m = sinks[h0 + hl];
+    for (int64_t r = lane; r < total; r += 32) m = std_max(m, s[r]);
+    for (int o = 16; o > 0; o >>= 1) m = std_max(m, __shfl_xor_sync(kFull, m, o));
+    if (lane == 0) m_sh[hl] = m;
+  }
+  __syncthreads();
+  float mh[kFHeads];
+#pragma unroll
+  for (int k = 0; k < kFHeads; ++k) mh[k] = m_sh[k];
+  // Rows r0 .. r0 + kFStage into buffer b: the rows' kFDims floats as 16-byte pieces, consecutive
+  // threads on consecutive pieces (a warp reads 4 rows' 128 bytes); thread t then writes the
+  // weights e of row r0 + t for the block's heads.
+  auto stage = [&](int64_t r0, int b) {
+    constexpr int kPieces = kFDims / 4;
+#pragma unroll
+    for (int q = 0; q < kPieces; ++q) {
+      const int p = static_cast<int>(threadIdx.x) + kFThreads * q, i = p / kPieces, c = (p % kPieces) * 4;
+      const int64_t r = r0 + i;
+      if (r >= total) continue;
+      const float* row = attn_row(kv, sp, r, head_dim, err);
+      float* vd = &v_sh[b][i][c];
+      const int64_t d = d0 + c;
+      if (row && d + 4 <= head_dim && (reinterpret_cast<uintptr_t>(row + d) & 15) == 0) {
+        cp_async16(smem_addr(vd), row + d);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) vd[u] = row && d + u < head_dim ? row[d + u] : 0.0f;
+      }
+    }
+    const int64_t r = r0 + threadIdx.x;
+    if (r < total) {
+#pragma unroll
+      for (int k = 0; k < kFHeads; ++k)
+        e_sh[b][threadIdx.x][k] = k < nh ? expf_ref(__fsub_rn(S[k * kv.max_rows + r], mh[k])) : 0.0f;
+    }
+    cp_async_commit();
+  };
+  const int k0 = warp * kFHpt;
+  float acc0 = 0.0f, acc1 = 0.0f;
+  float den0 = k0 < nh ? expf_ref(__fsub_rn(sinks[h0 + k0], m_sh[k0])) : 0.0f;
+  float den1 = k0 + 1 < nh ? expf_ref(__fsub_rn(sinks[h0 + k0 + 1], m_sh[k0 + 1])) : 0.0f;
+  stage(0, 0);
+  for (int64_t r0 = 0, c = 0; r0 < total; r0 += kFStage, ++c) {
+    const int b = static_cast<int>(c & 1);
+    if (r0 + kFStage < total) {
+      stage(r0 + kFStage, b ^ 1);  // b ^ 1 was last read before the previous iteration's final barrier
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int n = static_cast<int>(total - r0 < kFStage ? total - r0 : kFStage);
+#pragma unroll 8
+    for (int i = 0; i < n; ++i) {
+      const float v = v_sh[b][i][lane];
+      const float2 e = *reinterpret_cast<const float2*>(&e_sh[b][i][k0]);
+      acc0 = __fadd_rn(acc0, __fmul_rn(e.x, v));
+      acc1 = __fadd_rn(acc1, __fmul_rn(e.y, v));
+      den0 = __fadd_rn(den0, e.x);
+      den1 = __fadd_rn(den1, e.y);
+    }
+    __syncthreads();  // buffer b is consumed
+  }
+  const int64_t d = d0 + lane;
+  if (d >= head_dim) return;
+  if (k0 < nh) out[(z * n_heads + h0 + k0) * head_dim + d] = __fmul_rn(acc0, __fdiv_rn(1.0f, den0));
+  if (k0 + 1 < nh) out[(z * n_heads + h0 + k0 + 1) * head_dim + d] = __fmul_rn(acc1, __fdiv_rn(1.0f, den1));
+}
 }  // namespace
+
+int attn_decode_scores();  // below
 
 bool attn_tiled_applies(int64_t head_dim, int64_t n_queries, int part) {
   static const bool on = env_switch("DS4_CUDA_ATTN_TILED", true);
   // One query (decode): DS4_CUDA_ATTN_TILED1 = 1 scores, 2 weighted rows, 3 both (A/B).
   static const int one = static_cast<int>(env_int("DS4_CUDA_ATTN_TILED1", 0, 0, 3));
   const bool steps_ok = head_dim == 64 || head_dim == 128 || head_dim == 256 || head_dim == 512;
-  return on && steps_ok && (n_queries > 1 || (one & part) != 0);
+  const bool one_on = (one & part) != 0 || (part == 1 && attn_decode_scores() != 0);
+  return on && steps_ok && (n_queries > 1 || one_on);
+}
+
+namespace {
+
+template <int WARPS, int TILE>
+void launch_scores(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
+                   int* err, unsigned n_queries, cudaStream_t s) {
+  const dim3 grid(grid_for(kv.max_rows, TILE), grid_for(n_heads, kSHeads * WARPS), n_queries);
+  switch (head_dim) {
+    case 64: launch(k_attn_scores_tiled<2, WARPS, TILE>, grid, 32 * WARPS, 0, s, q, n_heads, kv, scale, S, err); break;
+    case 128: launch(k_attn_scores_tiled<4, WARPS, TILE>, grid, 32 * WARPS, 0, s, q, n_heads, kv, scale, S, err); break;
+    case 256: launch(k_attn_scores_tiled<8, WARPS, TILE>, grid, 32 * WARPS, 0, s, q, n_heads, kv, scale, S, err); break;
+    default: launch(k_attn_scores_tiled<16, WARPS, TILE>, grid, 32 * WARPS, 0, s, q, n_heads, kv, scale, S, err); break;
+  }
+}
+
+}  // namespace
+
+int attn_decode_scores() {
+  static const int v = static_cast<int>(env_int("DS4_CUDA_ATTN1_SCORES", 3, 0, 3));
+  return v;
+}
+
+bool attn_decode_fused() {
+  static const bool on = env_switch("DS4_CUDA_ATTN1_FUSED", true);
+  return on;
 }
 
 void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
                        int* err, unsigned n_queries, cudaStream_t s) {
-  const dim3 grid(grid_for(kv.max_rows, kSTile), grid_for(n_heads, kSHeads * kSWarps), n_queries);
-  switch (head_dim) {
-    case 64: launch(k_attn_scores_tiled<2>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
-    case 128: launch(k_attn_scores_tiled<4>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
-    case 256: launch(k_attn_scores_tiled<8>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
-    default: launch(k_attn_scores_tiled<16>, grid, 32 * kSWarps, 0, s, q, n_heads, kv, scale, S, err); break;
+  if (n_queries > 1) return launch_scores<kSWarps, kSTile>(q, n_heads, head_dim, kv, scale, S, err, n_queries, s);
+  // One query: 16 heads x 16 rows per block (3, the default: the fastest of the three on the H200,
+  // 87.5 against 86.1 t/s at 2K), or 8 heads x 16 rows (1) or 8 heads x 8 rows (2), to measure.
+  switch (attn_decode_scores()) {
+    case 2: return launch_scores<2, 8>(q, n_heads, head_dim, kv, scale, S, err, 1, s);
+    case 3: return launch_scores<4, 16>(q, n_heads, head_dim, kv, scale, S, err, 1, s);
+    default: return launch_scores<2, 16>(q, n_heads, head_dim, kv, scale, S, err, 1, s);
   }
+}
+
+void attn_softmax_out(const float* S, const float* sinks, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
+                      float* out, int* err, unsigned n_queries, cudaStream_t s) {
+  const dim3 grid(grid_for(head_dim, kFDims), grid_for(n_heads, kFHeads), n_queries);
+  launch(k_attn_softmax_out, grid, kFThreads, 0, s, S, sinks, n_heads, head_dim, kv, out, err);
 }
 
 void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,

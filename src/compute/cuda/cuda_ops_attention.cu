@@ -433,6 +433,11 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
       launch(k_attn_scores, dim3(grid_for(rows, rpb), hb, nz), 32 * kAttnHeads, 0, s, q + g0 * qn, n_heads, head_dim,
              kg, scale, S, err, rpb);
     check_launch("attention scores");
+    if (n_queries == 1 && !tiled_out && attn_decode_fused()) {
+      attn_softmax_out(S, sinks, n_heads, head_dim, kg, out, err, nz, s);
+      check_launch("attention softmax + output");
+      continue;
+    }
     launch(k_attn_softmax, dim3(static_cast<unsigned>(n_heads), 1, nz), 256, 0, s, S, kg, sinks, inv);
     check_launch("attention softmax");
     if (tiled_out)
