@@ -4,7 +4,7 @@
 // One line per case: name, shape, max abs / rel error, differing values, tolerance and why,
 // PASS/FAIL. Exit 0 = all pass, 1 = a failure, 77 = no GPU (skipped).
 //
-//   build-cuda/bin/cuda_backend_check [--seed N] [--cpu-vs-cpu]
+//   build-cuda/bin/cuda_backend_check [--seed N] [--cpu-vs-cpu] [--hc-only]
 //
 // --cpu-vs-cpu checks the harness itself without a GPU: a second CPU backend stands in for
 // the CUDA one (every comparison must then show 0 differing values), timings and the
@@ -495,6 +495,52 @@ void case_hc_pre(int64_t rows, int n_hc, int64_t n, bool head) {
              [&] { GPU->hc_pre(X[1], mix[1], rows, p, x_in[1], post[1], comb[1]); });
 }
 
+// hc_pre_norm (one row, the decode shape): the mix matmul over f16/bf16/f32 weights, hc_pre and
+// the sub-layer's RMSNorm, fused on CUDA (k_hc_pre_split by default, DS4_CUDA_HC_SPLIT=0 for
+// k_hc_pre_fused). The dot is the CPU's 32-chain FMA order, so the only differences are the
+// double sums of the RMS (partitioned otherwise) and exp: the tolerances of case_hc_pre.
+void case_hc_pre_norm(int n_hc, int64_t n, GgmlType wt, bool head, bool norm, bool time_it) {
+  const int n_mix = head ? n_hc : (2 + n_hc) * n_hc;
+  const int64_t width = n_hc * n;
+  std::vector<float> wf = normal(static_cast<size_t>(n_mix) * width, 0.02f);
+  std::vector<uint16_t> w16(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) w16[i] = wt == GgmlType::BF16 ? fp32_to_bf16(wf[i]) : fp32_to_fp16(wf[i]);
+  compute::Matrix fn;
+  if (wt == GgmlType::F32) {
+    fn = {wt, reinterpret_cast<const uint8_t*>(weight(wf, "hc.fn")), width, n_mix, static_cast<size_t>(width) * 4};
+  } else {
+    fn = {wt, reinterpret_cast<const uint8_t*>(weight(w16, "hc.fn")), width, n_mix, static_cast<size_t>(width) * 2};
+  }
+  std::vector<float> sh = uniform(head ? 1 : 3, 0.2f, 1.5f), bh = normal(n_mix, 0.5f), nw = uniform(n, 0.5f, 1.5f);
+  const float* nwp = weight(nw, "hc.norm");
+  compute::HcParams p{n_hc, n, weight(sh, "hc.scale"), weight(bh, "hc.base"), 20, 1e-6f, 1e-6f};
+  Pair<float> X(normal(width)), mix(n_mix), x_in(n), post(n_hc), comb(n_hc * n_hc);
+  poison(mix), poison(x_in), poison(post), poison(comb);
+  for (int b = 0; b < 2; ++b)
+    (b ? GPU : CPU)->hc_pre_norm(fn, X[b], mix[b], 1, p, norm, norm ? nwp : nullptr, 1e-6f, x_in[b],
+                                 head ? nullptr : post[b], head ? nullptr : comb[b]);
+  const std::string s = shp({1, n_hc, n}) + " " + std::string(traits(wt).name) + (head ? " head" : "") +
+                        (norm ? " norm" : "");
+  check_rel("hc_pre_norm mix (scaled)", s, mix, 4e-7, "dbl: 1/rms 1 ulp, 1 product");
+  check_norm("hc_pre_norm x_in", s, x_in, 4e-6, "exp+dbl: pre a few ulp, then the norm");
+  if (!head) {
+    check_rel("hc_pre_norm post", s, post, 1e-6, "exp: sigmoid within a few ulp");
+    check_rel("hc_pre_norm comb", s, comb, 1e-5, "exp: 1 ulp through 20 Sinkhorn rounds");
+  }
+  if (!time_it) return;
+  time_gpu("hc_pre_norm", s, n_mix * static_cast<double>(fn.row_stride) + width * 4.0 + n * 4.0, 2.0 * n_mix * width,
+           [&] {
+             GPU->hc_pre_norm(fn, X[1], mix[1], 1, p, norm, norm ? nwp : nullptr, 1e-6f, x_in[1],
+                              head ? nullptr : post[1], head ? nullptr : comb[1]);
+           });
+  if (head) return;
+  // Sinkhorn alone (cuda::hc_comb: the one-warp kernel the tail's warp 1 runs), on device copies.
+  Pair<float> scale_d(sh), base_d(bh);
+  time_gpu("hc_comb (Sinkhorn)", shp({n_hc, n_hc}) + " 20 iters", 0, 0, [&] {
+    cuda::hc_comb(mix[1], scale_d[1], base_d[1], n_hc, 20, 1e-6f, comb[1], cuda::backend_stream(*GPU));
+  });
+}
+
 void case_hc_post(int64_t rows, int n_hc, int64_t n) {
   Pair<float> y(normal(rows * n)), X(normal(rows * n_hc * n)), post(uniform(rows * n_hc, 0, 2)),
       comb(uniform(rows * n_hc * n_hc, 0, 1)), Xo(rows * n_hc * n);
@@ -751,13 +797,14 @@ void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bo
 
 int main(int argc, char** argv) {
   uint64_t seed = std::random_device{}();
-  bool cpu_vs_cpu = false;
+  bool cpu_vs_cpu = false, hc_only = false;  // --hc-only: the fused pre-mix cases (A/B of DS4_CUDA_HC_SPLIT)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--seed" && i + 1 < argc) seed = std::stoull(argv[++i]);
     else if (a == "--cpu-vs-cpu") cpu_vs_cpu = true;
+    else if (a == "--hc-only") hc_only = true;
     else {
-      std::printf("usage: cuda_backend_check [--seed N] [--cpu-vs-cpu]\n");
+      std::printf("usage: cuda_backend_check [--seed N] [--cpu-vs-cpu] [--hc-only]\n");
       return 2;
     }
   }
@@ -779,6 +826,13 @@ int main(int argc, char** argv) {
     auto gpu = cpu_vs_cpu ? compute::make_cpu_backend(&pool) : compute::make_cuda_backend(co);
     CPU = cpu.get(), GPU = gpu.get();
 
+    if (hc_only) {
+      case_hc_pre_norm(4, 4096, GgmlType::F16, false, true, true);
+      case_hc_pre_norm(4, 4096, GgmlType::F16, true, true, true);
+      GPU->synchronize();
+      std::printf("%d passed, %d failed\n", n_pass, n_fail);
+      return n_fail ? 1 : 0;
+    }
     // Flash: n_embd 4096, n_hc 4, 64 heads x 512 (n_rot 64), window 128, indexer 64 x 128 with
     // top-k 512, 256 experts top 6, compress ratios 4 (two lanes) and 128.
     case_rms_norm(1, 4096, true);
@@ -814,6 +868,11 @@ int main(int argc, char** argv) {
     case_hc_pre(2, 4, 4096, true);
     case_hc_pre(3, 2, 16, false);
     case_hc_pre(2, 6, 64, false);  // n_hc^2 > 32: the one-thread Sinkhorn
+    case_hc_pre_norm(4, 4096, GgmlType::F16, false, true, true);
+    case_hc_pre_norm(4, 4096, GgmlType::F16, true, true, true);
+    case_hc_pre_norm(4, 4096, GgmlType::BF16, false, false, false);
+    case_hc_pre_norm(4, 4096, GgmlType::F32, false, true, false);
+    case_hc_pre_norm(4, 64, GgmlType::F16, false, true, false);
     case_hc_post(1, 4, 4096);
     case_hc_post(4, 4, 4096);
     case_hc_post(2, 2, 16);

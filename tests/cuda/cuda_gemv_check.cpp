@@ -3,7 +3,8 @@
 // moe_experts against a CPU MoE built from the quant codecs; then a timing table (GB/s of weight
 // bytes, rows = 1) next to a device-to-device cudaMemcpy measured in the same run.
 //
-// Usage: cuda_gemv_check [--types all|old|new]. "old": the first seven formats (F32, F16, BF16,
+// Usage: cuda_gemv_check [--types all|old|new|flash-moe]. "flash-moe": only the Flash MoE layer's
+// checks and timing (to A/B the MoE kernels' switches). "old": the first seven formats (F32, F16, BF16,
 // Q8_0, Q2_K, Q4_K, IQ2_XXS: random quants with finite random scales); "new": the further formats
 // of gemv_formats_ext.cuh (Q4_0, Q5_0, Q5_1 (Q8_1 activations), IQ4_NL, MXFP4, Q3_K, Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M,
 // IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S), whose weights are blocks made by the CPU's own quantizers from
@@ -611,15 +612,17 @@ int main(int argc, char** argv) {
     if (a == "--types" && i + 1 < argc) {
       which = argv[++i];
     } else {
-      std::printf("usage: %s [--types all|old|new]\n", argv[0]);
+      std::printf("usage: %s [--types all|old|new|flash-moe]\n", argv[0]);
       return 2;
     }
   }
-  if (which != "all" && which != "old" && which != "new") {
-    std::printf("usage: %s [--types all|old|new]\n", argv[0]);
+  // flash-moe: only the Flash MoE layer's checks and timing (A/B of the MoE kernel switches).
+  const bool moe_only = which == "flash-moe";
+  if (which != "all" && which != "old" && which != "new" && which != "flash-moe") {
+    std::printf("usage: %s [--types all|old|new|flash-moe]\n", argv[0]);
     return 2;
   }
-  const bool run_old = which != "new", run_new = which != "old";
+  const bool run_old = which != "new", run_new = which != "old" && !moe_only;
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     std::printf("SKIP: no CUDA device\n");
@@ -653,7 +656,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<GgmlType> types;
-  if (run_old)
+  if (run_old && !moe_only)
     types = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q4_K, GgmlType::IQ2_XXS};
   if (run_new) types.insert(types.end(), kNewTypes.begin(), kNewTypes.end());
   const std::vector<int64_t> row_counts = {1, 2, 7, 16, 100};
@@ -698,7 +701,7 @@ int main(int argc, char** argv) {
 
   // matmul_grouped (the attention output's 8 groups) against one matmul per group: same values.
   std::vector<GgmlType> grouped;
-  if (run_old) grouped = {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::F16};
+  if (run_old && !moe_only) grouped = {GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::F16};
   if (run_new) grouped.insert(grouped.end(), {GgmlType::Q4_0, GgmlType::MXFP4, GgmlType::Q6_K, GgmlType::IQ2_XS});
   for (GgmlType t : grouped) {
     const int64_t G = 8, gin = 512, per = 64, rows = 3;
@@ -739,7 +742,8 @@ int main(int argc, char** argv) {
     fd = make_experts(GgmlType::Q2_K, 2048, 4096, 256, rng);
     for (int64_t rows : row_counts) check_moe(fg, fu, fd, rows, 6, rows == 7 ? 0.0f : 10.0f, false, rng, s);
     check_moe(fg, fu, fd, 1, 6, 10.0f, true, rng, s);
-    moe_types = {{GgmlType::Q2_K, GgmlType::Q2_K}, {GgmlType::IQ2_XXS, GgmlType::IQ2_XXS}, {GgmlType::Q8_0, GgmlType::Q8_0},
+    if (!moe_only)
+      moe_types = {{GgmlType::Q2_K, GgmlType::Q2_K}, {GgmlType::IQ2_XXS, GgmlType::IQ2_XXS}, {GgmlType::Q8_0, GgmlType::Q8_0},
                  {GgmlType::Q4_K, GgmlType::Q4_K}, {GgmlType::F16, GgmlType::BF16}};
   }
   if (run_new) {
@@ -775,7 +779,7 @@ int main(int argc, char** argv) {
     int64_t n_in, n_out;
   };
   std::vector<TShape> tshapes;
-  if (run_old)
+  if (run_old && !moe_only)
     tshapes = {TShape{"q_a q8_0 4096->1024", GgmlType::Q8_0, 4096, 1024},
                            TShape{"q_b q8_0 1024->32768", GgmlType::Q8_0, 1024, 32768},
                            TShape{"shared expert q8_0 4096->2048", GgmlType::Q8_0, 4096, 2048},
