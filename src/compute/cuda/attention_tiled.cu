@@ -8,6 +8,7 @@
 #include "compute/cuda/cuda_async.cuh"
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_util.cuh"
+#include "compute/cuda/gemv_internal.h"
 
 namespace ds4::cuda {
 
@@ -206,11 +207,16 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 constexpr int kFHeads = 8, kFDims = 32, kFHpt = 2, kFThreads = kFHeads * kFDims / kFHpt, kFStage = kFThreads;
 static_assert(kFHpt == 2 && kFThreads / 32 * kFHpt == kFHeads, "warp w owns heads 2w and 2w+1");
 
+// kBuf stages in flight (DS4_CUDA_ATTN1_BUFS: 2, the default, or 4: 80 KB of dynamic shared
+// memory, so the 640 rows of the Flash shape at 2K are one DRAM round trip, not five): the
+// buffers form a ring, stage c + kBuf - 1 is issued while stage c is summed.
+template <int kBuf>
 __global__ void __launch_bounds__(kFThreads) k_attn_softmax_out(const float* S, const float* sinks, int64_t n_heads,
                                                                 int64_t head_dim, AttnRows kv, float* out, int* err) {
   pdl_begin();
-  __shared__ __align__(16) float v_sh[2][kFStage][kFDims];
-  __shared__ __align__(8) float e_sh[2][kFStage][kFHeads];
+  extern __shared__ __align__(16) float fsm[];
+  auto v_sh = reinterpret_cast<float (*)[kFStage][kFDims]>(fsm);                          // [kBuf]
+  auto e_sh = reinterpret_cast<float (*)[kFStage][kFHeads]>(fsm + kBuf * kFStage * kFDims);  // [kBuf]
   __shared__ float m_sh[kFHeads];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kFHeads, d0 = static_cast<int64_t>(blockIdx.x) * kFDims;
@@ -269,15 +275,22 @@ __global__ void __launch_bounds__(kFThreads) k_attn_softmax_out(const float* S, 
   float acc0 = 0.0f, acc1 = 0.0f;
   float den0 = k0 < nh ? expf_ref(__fsub_rn(sinks[h0 + k0], m_sh[k0])) : 0.0f;
   float den1 = k0 + 1 < nh ? expf_ref(__fsub_rn(sinks[h0 + k0 + 1], m_sh[k0 + 1])) : 0.0f;
-  stage(0, 0);
+  // Stages 0 .. kBuf - 2 first; then iteration c issues stage c + kBuf - 1 (an empty group past
+  // the end, so that "all but the newest kBuf - 1 groups done" always means stage c is in).
+  for (int q = 0; q < kBuf - 1; ++q) {
+    if (q * kFStage < total)
+      stage(q * kFStage, q);
+    else
+      cp_async_commit();
+  }
   for (int64_t r0 = 0, c = 0; r0 < total; r0 += kFStage, ++c) {
-    const int b = static_cast<int>(c & 1);
-    if (r0 + kFStage < total) {
-      stage(r0 + kFStage, b ^ 1);  // b ^ 1 was last read before the previous iteration's final barrier
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
+    const int b = static_cast<int>(c % kBuf);
+    const int64_t rn = r0 + (kBuf - 1) * static_cast<int64_t>(kFStage);
+    if (rn < total)
+      stage(rn, static_cast<int>((c + kBuf - 1) % kBuf));  // last read before the previous iteration's final barrier
+    else
+      cp_async_commit();
+    cp_async_wait<kBuf - 1>();
     __syncthreads();
     const int n = static_cast<int>(total - r0 < kFStage ? total - r0 : kFStage);
 #pragma unroll 8
@@ -349,8 +362,17 @@ void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const 
 
 void attn_softmax_out(const float* S, const float* sinks, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
                       float* out, int* err, unsigned n_queries, cudaStream_t s) {
+  static const int bufs = env_int("DS4_CUDA_ATTN1_BUFS", 2, 2, 4) >= 4 ? 4 : 2;
   const dim3 grid(grid_for(head_dim, kFDims), grid_for(n_heads, kFHeads), n_queries);
-  launch(k_attn_softmax_out, grid, kFThreads, 0, s, S, sinks, n_heads, head_dim, kv, out, err);
+  auto run = [&](auto kernel, int nbuf) {
+    const size_t smem = static_cast<size_t>(nbuf) * kFStage * (kFDims + kFHeads) * sizeof(float);
+    gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "attention softmax + rows");
+    launch(kernel, grid, kFThreads, smem, s, S, sinks, n_heads, head_dim, kv, out, err);
+  };
+  if (bufs == 4)
+    run(k_attn_softmax_out<4>, 4);
+  else
+    run(k_attn_softmax_out<2>, 2);
 }
 
 void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
