@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ds4-bench: prefill and generation speed per context frontier (CSV)"};
   ds4::EngineOptions eo;
   std::string prompt_file, csv_path, sim = "on";
-  int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64;
+  int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64, gen_warmup = 0;
   uint64_t seed = 1;
   bool mem_copy = false, stats = false;
   ds4::tools::ExpertFlags xf;
@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
   app.add_option("--ctx-max", ctx_max, "last frontier")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--step-incr", step, "tokens between frontiers (default: ctx-start)")->check(CLI::NonNegativeNumber);
   app.add_option("--gen-tokens", gen_tokens, "tokens generated at each frontier")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--gen-warmup", gen_warmup,
+                 "tokens generated at each frontier before the timed ones (not timed, not counted): an expert "
+                 "cache then starts warm")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", eo.max_batch, "prefill chunk (tokens per forward pass)")->capture_default_str();
   app.add_option("--csv", csv_path, "also write the CSV to this file");
@@ -85,7 +90,7 @@ int main(int argc, char** argv) {
     if (step == 0) step = ctx_start;
     if (ctx_max < ctx_start) ds4::fail("--ctx-max {} is below --ctx-start {}", ctx_max, ctx_start);
     eo.act_quant_sim = sim == "on";
-    eo.ctx_size = ctx_max + gen_tokens + 1;
+    eo.ctx_size = ctx_max + gen_warmup + gen_tokens + 1;
     if (mem_copy) {
       double read = 0;
       const double copy = ds4bench::copy_bandwidth_gbs(eo.threads, size_t{1} << 30, 3, &read);
@@ -127,8 +132,12 @@ int main(int argc, char** argv) {
       double gen_s = 0;
       if (gen_tokens > 0) {
         ds4::GenerateOptions go;
-        go.max_tokens = gen_tokens;
         go.stop_at_stop_tokens = false;
+        if (gen_warmup > 0) {
+          go.max_tokens = gen_warmup;
+          session->generate(go, [](const ds4::GeneratedToken&) { return true; });
+        }
+        go.max_tokens = gen_tokens;
         const auto c0 = engine->expert_counters();
         auto t1 = Clock::now();
         auto r = session->generate(go, [](const ds4::GeneratedToken&) { return true; });
