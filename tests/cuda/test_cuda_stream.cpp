@@ -179,7 +179,9 @@ TEST(CudaStream, BenchRoutingReplaysWithTheStepsIds) {
   std::string gs;
   const auto cuda = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot, &router, "cuda", &gs);
   std::fprintf(stderr, "[cuda-stream] bench routing, resident: %s\n", gs.c_str());
-  if (env("DS4_CUDA_GRAPHS") != "0") EXPECT_GT(replays(gs), 8) << gs;  // most decode steps were graph replays
+  if (env("DS4_CUDA_GRAPHS") != "0") {
+    EXPECT_GT(replays(gs), 8) << gs;  // most decode steps were graph replays
+  }
   const auto cpu = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot, &router, "cpu");
   ASSERT_EQ(cuda.prefill.size(), cpu.prefill.size());
   EXPECT_EQ(std::memcmp(cuda.prefill.data(), cpu.prefill.data(), cpu.prefill.size() * 4), 0) << "prefill vs cpu";
