@@ -17,10 +17,13 @@
 #          then $GEN timed ones: resident; the emulated consumer box (GPU expert budget 16 GB,
 #          host 32 GB); host-only budgets of 8/16/32 GB (the gpu tier at its floor, one layer's
 #          experts); every budget scaled by LAYERS/43, so each cache holds the share of the
-#          experts it would hold on the 43-layer model. Each budget: the engine's defaults (hot
+#          experts it would hold on the 43-layer model (but the 3 hash-routed layers, which route
+#          by the generated token ids, weigh 43/LAYERS times more; the lookahead guesses come from
+#          the same source, right with probability 0.5: an assumption). Each budget: the defaults (hot
 #          policy + hash + lookahead + protect) against plain LRU without prefetch.
 #   ab     at the consumer budget, each policy alone against plain LRU without prefetch.
-# Per row: decode t/s, the bound BW / (disk bytes per token) and its share, tier hit rates,
+# Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
+# the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, prefetch coverage and wasted reads per useful one; the ratio to
 # the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
 # $OUT/rows.txt, logs in $OUT. STAGES="file bw bench ab" selects (file is implied by the others).
@@ -38,7 +41,7 @@ CTX=${CTX:-8}          # prompt tokens (one prefill chunk: a long one would read
 WARM=${WARM:-48}       # tokens generated before the clock (the caches start warm)
 GEN=${GEN:-32}         # decode tokens timed per run
 SEED=${SEED:-1}        # --bench-routing zipf:SEED
-DEADLINE=${DEADLINE:-530}   # seconds from the start; nothing starts that would end after it
+DEADLINE=${DEADLINE:-520}   # seconds from the start; nothing starts that would end after it
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-120}
 STAGES=${STAGES:-"file bw bench ab"}
 t_all=$(date +%s)
@@ -48,7 +51,9 @@ left() { echo $(( DEADLINE - $(since $t_all) )); }
 summary=()
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | tee "$OUT/gpu.txt"
 
+DROP_CACHE=${DROP_CACHE:-1}   # 0: leave the page cache alone (a dry run on a shared machine)
 drop_cache() {
+  [ "$DROP_CACHE" = 1 ] || { echo kept; return; }
   sync
   if echo 3 > /proc/sys/vm/drop_caches 2>/dev/null; then echo dropped; else echo kept; fi
 }
@@ -107,7 +112,7 @@ fi
 mib() { echo $(( $1 * 1024 * LAYERS / 43 )); }
 floor_gpu=6                       # one layer's experts for one token: "host only"
 ROWS=$OUT/rows.txt
-printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
+printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tbound43_tps\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
 table=()
 declare -A plain_tps
 bench() {  # group (budget name), name, then ds4-bench flags
@@ -122,7 +127,7 @@ bench() {  # group (budget name), name, then ds4-bench flags
   local log="$OUT/bench_$(echo "$group $name" | tr -c 'a-zA-Z0-9' _).log" csv t0 pc rc to
   csv=${log%.log}.csv
   if [ "$(left)" -lt 40 ]; then
-    table+=("$(printf '%-34s skipped: deadline' "$group: $name")")
+    table+=("$(printf '%-37s skipped: deadline' "$group: $name")")
     printf '%s\tskipped\n' "$group: $name" >> "$ROWS"
     return
   fi
@@ -138,17 +143,19 @@ bench() {  # group (budget name), name, then ds4-bench flags
   [ "$rc" -ne 0 ] && gen=
   x=$(grep -m1 'generation experts:' "$log")
   val() { echo "$x" | grep -oE "$1=[0-9.]+" | cut -d= -f2; }
-  local disk bound share vs
+  local disk bound bound43 share vs
   disk=$(val read_mib_per_token)
   bound=$(awk -v bw="${BW:-0}" -v d="${disk:-0}" 'BEGIN { if (bw > 0 && d > 0) printf "%.2f", bw * 1e9 / (d * 1048576) }')
+  # Per layer: the same bound for the 43-layer model at these hit rates (disk bytes x 43 / LAYERS).
+  bound43=$(awk -v b="${bound:-0}" -v l="$LAYERS" 'BEGIN { if (b > 0) printf "%.2f", b * l / 43 }')
   share=$(awk -v g="${gen:-0}" -v b="${bound:-0}" 'BEGIN { if (g > 0 && b > 0) printf "%.0f%%", 100 * g / b }')
   [ "$name" = plain ] && plain_tps[$group]=${gen:-}
   vs=$(awk -v g="${gen:-0}" -v p="${plain_tps[$group]:-0}" 'BEGIN { if (g > 0 && p > 0) printf "%.2fx", g / p }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
-    "${bound:--}" "${share:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
+    "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
     "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$pc" "$(since $t0)" "$SEED" >> "$ROWS"
-  table+=("$(printf '%-34s %3s %7s %7s %5s %6s %6s %6s %8s %8s %7s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
-    "${bound:--}" "${share:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
+  table+=("$(printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %7s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
+    "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
     "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$(since $t0)")")
   [ "$rc" -ne 0 ] && tail -3 "$log"
   grep -m3 -E '^(routed experts|gpu tier|bench routing)' "$log" | sed 's/^/  /'
@@ -179,7 +186,7 @@ if stage ab; then
 fi
 if [ ${#table[@]} -gt 0 ]; then
   echo "==== decode, $LAYERS-layer synthetic Flash q2 ($src, O_DIRECT), routing --bench-routing zipf:$SEED, ctx $CTX, $WARM warm-up + $GEN timed tokens, budgets x $LAYERS/43, disk ${BW:-?} GB/s ===="
-  printf '%-34s %3s %7s %7s %5s %6s %6s %6s %8s %8s %7s %6s %6s %4s\n' config rc t/s bound ofbnd vsplain gpuhit hosthit \
+  printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %7s %6s %6s %4s\n' config rc t/s bound ofbnd bound43 vsplain gpuhit hosthit \
     diskMiB/t h2dMiB/t stallms pfcov waste s
   printf '%s\n' "${table[@]}"
 fi
