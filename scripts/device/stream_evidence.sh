@@ -26,7 +26,8 @@
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, prefetch coverage and wasted reads per useful one; the ratio to
 # the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
-# $OUT/rows.txt, logs in $OUT. STAGES="file bw bench ab" selects (file is implied by the others).
+# $OUT/rows.txt, logs in $OUT. STAGES="file test bw bench ab" selects (file is implied by the
+# others; test = test_cuda_stream's benchmark-routing check on the demo model, when present).
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 DEVRUN=${DS4_DEVRUN:-$ROOT/.devrun}
@@ -43,7 +44,7 @@ GEN=${GEN:-32}         # decode tokens timed per run
 SEED=${SEED:-1}        # --bench-routing zipf:SEED
 DEADLINE=${DEADLINE:-520}   # seconds from the start; nothing starts that would end after it
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-120}
-STAGES=${STAGES:-"file bw bench ab"}
+STAGES=${STAGES:-"file test bw bench ab"}
 t_all=$(date +%s)
 stage() { [[ " $STAGES " == *" $1 "* ]]; }
 since() { echo $(( $(date +%s) - $1 )); }
@@ -92,6 +93,15 @@ if [ "$PACK" = 1 ] && [ ! -f "$F.experts" ]; then
   summary+=("pack-experts --keep-gguf-experts: $(du -h --apparent-size "$F.experts" | cut -f1) ($(since $t0) s)")
 fi
 src=$([ -f "$F.experts" ] && echo packed || echo "GGUF tensors")
+
+# ---- benchmark routing on the device: graph replays read each step's ids ----
+if stage test && [ -x "$B/test_cuda_stream" ] && [ "$(left)" -gt 200 ]; then
+  t0=$(date +%s)
+  DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 120 "$B/test_cuda_stream" --gtest_filter='CudaStream.BenchRouting*' \
+    > "$OUT/test_cuda_stream.log" 2>&1; rc=$?
+  grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|^\[cuda-stream\]" "$OUT/test_cuda_stream.log" | head -20
+  summary+=("test_cuda_stream BenchRouting* rc=$rc ($(since $t0) s)")
+fi
 
 # ---- disk bandwidth through the engine's I/O path ----
 BW=${BW:-}   # GB/s; measured here, or given (a later call with STAGES=bench)
