@@ -27,7 +27,8 @@
 # disk and H2D MiB per token, prefetch coverage and wasted reads per useful one; the ratio to
 # the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
 # $OUT/rows.txt, logs in $OUT. STAGES="file test bw bench ab" selects (file is implied by the
-# others; test = test_cuda_stream's benchmark-routing check on the demo model, when present).
+# others; test = test_cuda_stream's benchmark-routing check on the demo model and
+# cuda_backend_check, when present).
 set -uo pipefail
 ROOT=${DS4_ROOT:-$(cd "$(dirname "$0")/../.." && pwd)}
 DEVRUN=${DS4_DEVRUN:-$ROOT/.devrun}
@@ -101,6 +102,12 @@ if stage test && [ -x "$B/test_cuda_stream" ] && [ "$(left)" -gt 200 ]; then
     > "$OUT/test_cuda_stream.log" 2>&1; rc=$?
   grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|^\[cuda-stream\]" "$OUT/test_cuda_stream.log" | head -20
   summary+=("test_cuda_stream BenchRouting* rc=$rc ($(since $t0) s)")
+fi
+if stage test && [ -x "$B/cuda_backend_check" ] && [ "$(left)" -gt 200 ]; then
+  # Every op CPU vs CUDA, among them moe_route with forced ids (exact ids, weights to 1e-6).
+  timeout 60 "$B/cuda_backend_check" > "$OUT/cuda_backend_check.log" 2>&1; rc=$?
+  grep -E "forced|passed" "$OUT/cuda_backend_check.log"
+  summary+=("cuda_backend_check rc=$rc: $(tail -1 "$OUT/cuda_backend_check.log")")
 fi
 
 # ---- disk bandwidth through the engine's I/O path ----
