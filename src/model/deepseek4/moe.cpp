@@ -46,12 +46,12 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   if (stream::ExpertProvider* xp = m_.options().experts) {
     if (il == 0) xp->begin_tokens(tokens_);
     std::vector<int32_t> guess;  // router lookahead: layer il+1's router on this layer's input
-    const stream::ZipfRouter* bench = m_.options().bench_routing;
-    if (bench && n_ == 1 && il + 1 < hp_.n_layer && !hp_.is_hash_layer(il + 1) && xp->wants_lookahead()) {
-      // The real router of the next layer would guess the real top k, which benchmark routing
-      // replaced: guess from the same source instead (its recall is the source's guess_recall).
-      guess = bench->guess(p0_, il + 1, K);
-    } else if (n_ == 1 && il + 1 < hp_.n_layer && !hp_.is_hash_layer(il + 1) && xp->wants_lookahead()) {
+    const bool lookahead = n_ == 1 && il + 1 < hp_.n_layer && !hp_.is_hash_layer(il + 1) && xp->wants_lookahead();
+    if (lookahead && m_.options().bench_routing) {
+      // The next layer's real router would guess the real top k, which benchmark routing
+      // replaced: guess from the same source instead (right with the source's guess_recall).
+      guess = m_.options().bench_routing->guess(p0_, il + 1, K);
+    } else if (lookahead) {
       const LayerWeights& N = w_.layers[static_cast<size_t>(il + 1)];
       FBuf nl = project(N.router, f, 1), gw = buf(K);
       compute::Buffer<int32_t> g(be_, static_cast<size_t>(K));
