@@ -120,9 +120,10 @@ if stage bw && [ "$(left)" -gt 100 ]; then
   grep -E '^(stream-bench|routing|time|misses)' "$OUT/stream_bench.log"
   BW=$(grep -oE '= [0-9.]+ GB/s' "$OUT/stream_bench.log" | head -1 | grep -oE '[0-9.]+')
   summary+=("disk read (stream-bench, page cache $pc, O_DIRECT, $src, host floor, no prefetch) rc=$rc: ${BW:-?} GB/s ($(since $t0) s)")
-  echo "$BW" > "$OUT/bw.txt"
+  # Also beside the file: a later call (a fresh $OUT) with STAGES="bench" or "ab" reads it there.
+  echo "$BW" | tee "$OUT/bw.txt" > "$OUT_DIR/ds4-evidence-bw.txt"
 fi
-[ -z "$BW" ] && [ -f "$OUT/bw.txt" ] && BW=$(cat "$OUT/bw.txt")
+[ -z "$BW" ] && [ -f "$OUT_DIR/ds4-evidence-bw.txt" ] && BW=$(cat "$OUT_DIR/ds4-evidence-bw.txt")
 
 # ---- decode per budget ----
 # Budgets scaled to LAYERS/43, in MiB (the engine's budget syntax).
