@@ -61,6 +61,12 @@ struct EngineOptions {
   bool expert_protect = true;                // prefetched experts are not evicted while fresh
   std::string packed_experts;                // "" = MODEL.gguf.experts when it exists
   std::string trace_routing;                 // write a routing trace (docs/FORMATS.md) here
+  // Benchmark only (DeepSeek V4): "zipf" or "zipf:SEED" replaces the learned layers' top-k
+  // expert ids with a synthetic source (per-layer Zipf popularity, token-to-token locality; a
+  // function of seed, position and layer: src/stream/synthetic_routing.h), so expert caches
+  // see realistic reuse on synthetic weights. The routing weights stay the router's scores at
+  // those ids. "" = off (the model's own routing). The model id (payload tag) includes it.
+  std::string bench_routing;
   // Residency plan (DeepSeek V4 on the CPU backend; src/stream/planner.h), printed with the
   // memory plan: by default the model stays resident when its weights + planned_sessions states at
   // ctx_size + scratch + memory_reserve_gib fit in the available host memory, and otherwise its

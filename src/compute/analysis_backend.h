@@ -163,8 +163,9 @@ class AnalysisBackend final : public Backend {
 
   // Decode-step graphs are not forwarded: a replayed step would bypass the observed ops, so an
   // analysed session always runs op by op (the defaults: nothing recorded, nothing replayed).
-  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) override {
-    (void)key, (void)pos, (void)token;
+  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, std::span<const int32_t> extra,
+                           bool* record) override {
+    (void)key, (void)pos, (void)token, (void)extra;
     *record = false;
     return nullptr;
   }

@@ -87,6 +87,10 @@ struct RouteParams {
   const int32_t* tid2eid = nullptr;    // weight, optional: hash routing, n_vocab rows of k ids
   bool norm = true;                    // divide by max(sum, 6.103515625e-5) (trap 15)
   float scale = 1.0f;                  // expert_weights_scale
+  // Backend memory, optional (benchmark routing, stream/synthetic_routing.h): rows x k expert
+  // ids that replace the top-k selection of a learned (not hash-routed) layer; the weights are
+  // still formed from the router's scores at those ids, with the same normalization.
+  const int32_t* forced = nullptr;
 };
 
 // Attention keys/values for one query (K = V, spec §6.7), visited in this order:
@@ -319,7 +323,8 @@ class Backend {
   // Router (spec §6.8): s_e = sqrt(softplus(logits[t][e])); experts[t] = tid2eid[tokens[t]] when
   // hash-routed, else the top k of s_e + bias[e] (equal: lower id first, in descending order);
   // weights[t][i] = s_{experts[t][i]} / denom * scale. logits: rows x n_expert; tokens, experts
-  // (rows x k int32) and weights (rows x k) are backend memory.
+  // (rows x k int32) and weights (rows x k) are backend memory. With p.forced (and no tid2eid),
+  // experts[t] = forced[t] (ids checked against n_expert) instead of the top k.
   virtual void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
                          int32_t* experts, float* weights) = 0;
   // Routed experts: for each token t and slot i < k, with e = experts[t][i]:
@@ -387,14 +392,20 @@ class Backend {
   //
   // Replays the step recorded for `key` at `pos` with `token` and returns its logits (backend
   // memory, valid until the next step), or null when none is recorded; *record then says
-  // whether the caller should record this one.
-  virtual const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) {
-    (void)key, (void)pos, (void)token;
+  // whether the caller should record this one. `extra`: further per-step inputs (the benchmark
+  // routing's expert ids), written to the device with {pos, token} before each replay; a key's
+  // steps must always pass the same number of them (at most kMaxStepExtra).
+  static constexpr size_t kMaxStepExtra = 4096;
+  virtual const float* step_replay(const StepKey& key, int64_t pos, int32_t token, std::span<const int32_t> extra,
+                                   bool* record) {
+    (void)key, (void)pos, (void)token, (void)extra;
     *record = false;
     return nullptr;
   }
-  // Starts recording the step for `key` at `pos`; the step's ops then read its token here.
-  virtual const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token);
+  // Starts recording the step for `key` at `pos`; the step's ops then read its token at the
+  // returned pointer, and its extra inputs right after it (result + 1 .. result + extra.size()).
+  virtual const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token,
+                                           std::span<const int32_t> extra);
   // Ends the recording, runs the recorded step once and returns its logits (backend memory).
   virtual const float* step_record_end(const float* logits);
   // Drops an unfinished recording (an op failed) and records that key no more; never throws.

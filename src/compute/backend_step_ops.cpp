@@ -93,7 +93,7 @@ void Backend::attn_qkv_prep(float* q, float* kv, int64_t rows, int64_t n_heads, 
   if (n_round > 0) act_round(kv, rows, head_dim, n_round, ActRound::Fp8);
 }
 
-const int32_t* Backend::step_record_begin(const StepKey&, int64_t, int32_t) {
+const int32_t* Backend::step_record_begin(const StepKey&, int64_t, int32_t, std::span<const int32_t>) {
   fail("the {} backend does not record decode steps", name());
 }
 

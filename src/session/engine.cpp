@@ -262,6 +262,18 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
   const bool analyse = o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty();
   if (analyse && impl->experts)
     fail("--imatrix-out, --expert-profile-out and --prune-mask need resident experts (not --ssd-streaming)");
+  if (const auto seed = stream::parse_bench_routing(o.bench_routing)) {
+    if (analyse) fail("--bench-routing replaces the model's routing: it cannot be combined with model analysis");
+    if (hp_preview.experts_pruned()) fail("--bench-routing: {} has pruned expert tensors", o.model_path);
+    stream::ZipfRoutingParams zp;
+    zp.n_layer = hp_preview.n_layer, zp.n_expert = hp_preview.n_expert, zp.k = hp_preview.n_expert_used;
+    zp.seed = *seed;
+    impl->bench_routing = std::make_unique<stream::ZipfRouter>(zp);
+    mo.bench_routing = impl->bench_routing.get();
+    impl->plan.residency += fmt::format("{}bench routing      zipf:{} (synthetic: zipf {}, reuse {}, guess recall {})",
+                                        impl->plan.residency.empty() ? "" : "\n", *seed, zp.zipf, zp.reuse,
+                                        zp.guess_recall);
+  }
   // Built before the File moves into the Model: its tensor pointers stay valid across the move.
   impl->analysis = session::make_analysis(file, hp_preview, o.collect_imatrix, o.collect_expert_profile, o.prune_mask);
   impl->model = model::deepseek4::Model::from_file(std::move(file), mo);
@@ -283,6 +295,7 @@ void open_qwen35moe(Engine::Impl& impl, gguf::File file, const EngineOptions& o)
   in.n_ctx = o.ctx_size > 0 ? o.ctx_size : (in.n_ctx_train > 0 ? in.n_ctx_train : kFallbackCtx);
   impl.plan = make_plan(file, hp_preview, in.n_ctx);
   open_streaming(impl, file, PlanDims{hp_preview.n_embd, hp_preview.n_vocab, hp_preview.n_expert_used, false}, o);
+  if (!o.bench_routing.empty()) fail("--bench-routing: implemented for deepseek4 files only");
   model::qwen35moe::Options qo;
   qo.max_batch = o.max_batch;
   qo.experts = impl.experts.get();
@@ -320,6 +333,9 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   impl->options = o;
   gguf::File file = gguf::File::open(o.model_path);
   impl->model_hash = session::model_identity_hash(file);
+  // Logits under benchmark routing are another model's: payloads and disk caches must not mix.
+  if (const auto seed = stream::parse_bench_routing(o.bench_routing))
+    impl->model_hash ^= 0x9e3779b97f4a7c15ull * (*seed + 1) + 0x6265'6e63'6872'7400ull;
   if (file.find("tokenizer.ggml.tokens")) impl->tokenizer.emplace(Tokenizer::from_gguf(file));
 
   EngineInfo& in = impl->info;

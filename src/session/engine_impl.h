@@ -13,6 +13,7 @@
 #include "session/analysis.h"
 #include "session/steering.h"
 #include "stream/provider.h"
+#include "stream/synthetic_routing.h"
 
 namespace ds4 {
 
@@ -27,6 +28,7 @@ struct Engine::Impl {
   MemoryPlan plan;
   uint64_t model_hash = 0;  // XXH64 behind info.model_id
   std::unique_ptr<stream::ExpertProvider> experts;  // null: resident; outlives the model
+  std::unique_ptr<stream::ZipfRouter> bench_routing;  // EngineOptions::bench_routing; outlives the model
   // Exactly one of these is set, chosen by the file's general.architecture.
   std::unique_ptr<model::deepseek4::Model> model;
   std::unique_ptr<model::qwen35moe::Model> qwen;

@@ -205,81 +205,41 @@ Trace synthetic_trace(const SyntheticRouting& s) {
   if (s.n_layer <= 0 || s.n_expert <= 0 || s.k <= 0 || s.k > s.n_expert || s.n_hash_layers < 0 ||
       s.n_hash_layers > s.n_layer || s.n_tokens <= 0 || s.n_vocab <= 0 || s.guesses < 0 || s.guesses > s.n_expert)
     fail("synthetic routing: bad geometry");
+  // The learned layers and their lookahead guesses come from the engine's benchmark routing
+  // source (one model of routing for replay and live runs); this generator adds token ids,
+  // which drive the hash layers as tid2eid does.
+  const ZipfRouter router(s.router());
   std::mt19937_64 rng(s.seed);
   std::uniform_real_distribution<double> U(0.0, 1.0);
-  auto zipf_cdf = [](int64_t n, double a) {
-    std::vector<double> c(static_cast<size_t>(n));
-    double acc = 0;
-    for (int64_t i = 0; i < n; ++i) c[static_cast<size_t>(i)] = acc += 1.0 / std::pow(static_cast<double>(i + 1), a);
-    for (auto& x : c) x /= acc;
-    return c;
-  };
-  const auto ecdf = zipf_cdf(s.n_expert, s.zipf), tcdf = zipf_cdf(s.n_vocab, s.token_zipf);
-  auto draw = [&](const std::vector<double>& cdf) {
-    return static_cast<int64_t>(std::lower_bound(cdf.begin(), cdf.end(), U(rng)) - cdf.begin());
-  };
-  std::vector<std::vector<int32_t>> perm(static_cast<size_t>(s.n_layer));
-  for (auto& p : perm) {
-    p.resize(static_cast<size_t>(s.n_expert));
-    for (int64_t i = 0; i < s.n_expert; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::shuffle(p.begin(), p.end(), rng);
-  }
+  std::vector<double> tcdf(static_cast<size_t>(s.n_vocab));
+  double acc = 0;
+  for (int64_t i = 0; i < s.n_vocab; ++i)
+    tcdf[static_cast<size_t>(i)] = acc += 1.0 / std::pow(static_cast<double>(i + 1), s.token_zipf);
+  for (auto& x : tcdf) x /= acc;
   // tid2eid for the tokens that occur (a random distinct set per token id, made on first use).
   std::map<int64_t, std::vector<std::vector<int32_t>>> tid2eid;
-  auto distinct = [&](auto&& gen) {
-    std::vector<int32_t> v;
-    while (static_cast<int64_t>(v.size()) < s.k) {
-      int32_t e = gen();
-      if (std::find(v.begin(), v.end(), e) == v.end()) v.push_back(e);
-    }
-    return v;
-  };
   Trace t;
   t.header = {s.n_layer, s.n_expert, s.k, s.n_hash_layers};
-  std::vector<std::vector<int32_t>> prev(static_cast<size_t>(s.n_layer));
   for (int64_t pos = 0; pos < s.n_tokens; ++pos) {
-    const int64_t tok = draw(tcdf);
+    const int64_t tok = std::lower_bound(tcdf.begin(), tcdf.end(), U(rng)) - tcdf.begin();
     auto& hash = tid2eid[tok];
     if (hash.empty())
-      for (int64_t il = 0; il < s.n_hash_layers; ++il)
-        hash.push_back(distinct([&] { return static_cast<int32_t>(rng() % static_cast<uint64_t>(s.n_expert)); }));
-    std::vector<std::vector<int32_t>> route(static_cast<size_t>(s.n_layer));
-    for (int64_t il = 0; il < s.n_layer; ++il) {
-      if (il < s.n_hash_layers) {
-        route[static_cast<size_t>(il)] = hash[static_cast<size_t>(il)];
-        continue;
+      for (int64_t il = 0; il < s.n_hash_layers; ++il) {
+        std::vector<int32_t> v;
+        while (static_cast<int64_t>(v.size()) < s.k) {
+          const int32_t e = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.n_expert));
+          if (std::find(v.begin(), v.end(), e) == v.end()) v.push_back(e);
+        }
+        hash.push_back(v);
       }
-      const auto& pv = prev[static_cast<size_t>(il)];
-      route[static_cast<size_t>(il)] = distinct([&] {
-        if (!pv.empty() && U(rng) < s.reuse) return pv[rng() % pv.size()];
-        return perm[static_cast<size_t>(il)][static_cast<size_t>(draw(ecdf))];
-      });
-    }
     for (int64_t il = 0; il < s.n_layer; ++il) {
-      t.records.push_back({false, pos, il, route[static_cast<size_t>(il)]});
+      t.records.push_back(
+          {false, pos, il, il < s.n_hash_layers ? hash[static_cast<size_t>(il)] : router.route(pos, il)});
       // The guesses for layer il+1 are made while layer il is evaluated (after its routing).
       const int64_t nl = il + 1;
-      if (s.guesses > 0 && nl < s.n_layer && nl >= s.n_hash_layers) {
-        const auto& truth = route[static_cast<size_t>(nl)];
-        std::vector<int32_t> g;
-        std::vector<int32_t> pool = truth;
-        std::shuffle(pool.begin(), pool.end(), rng);
-        int guard = 0;
-        while (static_cast<int64_t>(g.size()) < s.guesses && guard++ < 100000) {
-          int32_t e;
-          if (U(rng) < s.guess_recall && !pool.empty()) {
-            e = pool.back();
-            pool.pop_back();
-          } else {
-            e = perm[static_cast<size_t>(nl)][static_cast<size_t>(draw(ecdf))];
-            if (std::find(truth.begin(), truth.end(), e) != truth.end()) continue;
-          }
-          if (std::find(g.begin(), g.end(), e) == g.end()) g.push_back(e);
-        }
-        t.records.push_back({true, pos, nl, g});
-      }
+      if (s.guesses > 0 && nl < s.n_layer && nl >= s.n_hash_layers)
+        t.records.push_back({true, pos, nl, router.guess(pos, nl, s.guesses)});
     }
-    prev = route;
   }
   return t;
 }

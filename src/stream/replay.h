@@ -7,14 +7,15 @@
 // The replay has no clock: a prefetched expert is counted as arriving in time. Its prefetch
 // figures are therefore the coverage ceiling of the guesses, not a measure of I/O overlap.
 //
-// Also a benchmark-only synthetic routing source (synthetic_trace): random weights route almost
-// uniformly, which no cache can exploit, so benchmarks on synthetic weights draw routing from
-// per-layer Zipf popularity with token-to-token locality instead. Never used by the engine.
+// Also synthetic traces (synthetic_trace): the benchmark-only routing source of
+// synthetic_routing.h (per-layer Zipf popularity with token-to-token locality, the one that
+// `--bench-routing` feeds live runs) plus token ids for the hash layers.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "stream/policy.h"
+#include "stream/synthetic_routing.h"
 #include "stream/trace.h"
 
 namespace ds4::stream {
@@ -51,12 +52,14 @@ struct SyntheticRouting {
   int64_t n_layer = 43, n_expert = 256, k = 6, n_hash_layers = 3;
   int64_t n_tokens = 512;
   int64_t n_vocab = 129280;
-  double zipf = 0.9;          // per-layer expert popularity ~ 1 / rank^zipf (random rank order per layer)
-  double reuse = 0.45;        // per slot: probability of repeating an expert of the previous token
+  // The learned layers' routing model (synthetic_routing.h, the defaults are its calibration).
+  double zipf = ZipfRoutingParams{}.zipf;
+  double reuse = ZipfRoutingParams{}.reuse;
   double token_zipf = 1.1;    // token-id popularity (drives the hash layers through tid2eid)
   int64_t guesses = 4;        // lookahead guesses per learned layer ('h' records)
-  double guess_recall = 0.5;  // each guess is one of the true experts with this probability
+  double guess_recall = ZipfRoutingParams{}.guess_recall;
   uint64_t seed = 1;
+  ZipfRoutingParams router() const { return {n_layer, n_expert, k, zipf, reuse, guess_recall, seed}; }
 };
 
 // Flash geometry unless changed; deterministic for a seed.

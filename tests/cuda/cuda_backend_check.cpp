@@ -763,7 +763,8 @@ void case_compressor_pool(int64_t ratio, int64_t lanes, int64_t dim, bool time_i
              [&] { GPU->compressor_pool(kv[1], sc[1], ratio, lanes, dim, out[1]); });
 }
 
-void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bool time_it) {
+// forced: benchmark routing's ids (RouteParams::forced, distinct per row) replace the top k.
+void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bool time_it, bool forced = false) {
   std::vector<float> lh = normal(rows * E, 2.0f);
   // Make a few logits exceed the softplus cutoff (20) and two equal, to decide a tie.
   lh[0] = 25.0f;
@@ -780,14 +781,27 @@ void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bo
   p.n_expert = E, p.k = k, p.norm = true, p.scale = 1.5f;
   if (bias) p.bias = weight(bh, "route.bias");
   if (hash) p.tid2eid = weight(tid, "route.tid2eid");
+  std::vector<int32_t> fh;
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<int32_t> ids(static_cast<size_t>(E));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    fh.insert(fh.end(), ids.begin(), ids.begin() + k);
+  }
+  Pair<int32_t> fids(fh);
   Pair<float> lg(lh), w(rows * k);
   Pair<int32_t> tokens(th), ex(rows * k);
   poison(w), poison(ex);
-  for (int b = 0; b < 2; ++b) (b ? GPU : CPU)->moe_route(lg[b], tokens[b], rows, p, ex[b], w[b]);
+  for (int b = 0; b < 2; ++b) {
+    if (forced) p.forced = fids[b];
+    (b ? GPU : CPU)->moe_route(lg[b], tokens[b], rows, p, ex[b], w[b]);
+  }
   std::vector<int32_t> a = ex.host(0), g = ex.host(1);
   long long differ = 0;
   for (size_t i = 0; i < a.size(); ++i) differ += a[i] != g[i];
-  const std::string s = shp({rows, E}) + " k" + std::to_string(k) + (bias ? " bias" : "") + (hash ? " hash" : "");
+  if (forced && !hash) differ += a != fh;  // the forced ids themselves, in their order
+  const std::string s = shp({rows, E}) + " k" + std::to_string(k) + (bias ? " bias" : "") + (hash ? " hash" : "") +
+                        (forced ? " forced" : "");
   report("moe_route experts", s, 0, 0, differ, rows * k, "exact: same ids, same order", differ == 0);
   check_rel("moe_route weights", s, w, 1e-6, "exp: softplus 1 ulp, sum of k, divide");
   if (time_it) time_gpu("moe_route", s, rows * E * 4.0, 0, [&] { GPU->moe_route(lg[1], tokens[1], rows, p, ex[1], w[1]); });
@@ -907,6 +921,8 @@ int main(int argc, char** argv) {
     case_moe_route(4, 256, 6, true, false, false);
     case_moe_route(4, 256, 6, false, true, false);
     case_moe_route(3, 8, 2, false, false, false);
+    case_moe_route(1, 256, 6, true, false, false, true);  // --bench-routing: forced ids, bias ignored
+    case_moe_route(4, 256, 6, false, false, false, true);
     if (!cpu_vs_cpu) {
       case_memory();
       case_profile();

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "compute/backends.h"
+#include "compute/cuda/cuda_backend.h"
 #include "ds4/engine.h"
 #include "ds4/session.h"
 #include "gguf/gguf.h"
@@ -26,6 +27,7 @@
 #include "stream/device_tier.h"
 #include "stream/layout.h"
 #include "stream/provider.h"
+#include "stream/synthetic_routing.h"
 
 namespace fs = std::filesystem;
 using namespace ds4;
@@ -62,12 +64,15 @@ struct Run {
   stream::ProviderStats stats;
 };
 
-// One run on a fresh CUDA backend; host_slots < 0: resident. The provider outlives the model and
-// lets go of its gpu tier before the backend goes.
+// One run on a fresh backend (CUDA unless `backend` says otherwise); host_slots < 0: resident.
+// The provider outlives the model and lets go of its gpu tier before the backend goes.
+// `router`: benchmark routing (stream/synthetic_routing.h). `steps_out`: the CUDA backend's
+// step-graph counts after the run.
 Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, int64_t host_slots, int64_t gpu_slots,
-        stream::PolicyKind policy) {
+        stream::PolicyKind policy, const stream::ZipfRouter* router = nullptr, const char* backend = "cuda",
+        std::string* steps_out = nullptr) {
   compute::BackendOptions bo;
-  bo.name = "cuda";
+  bo.name = backend;
   bo.verbose = false;
   auto be = compute::make_backend(bo);
   std::unique_ptr<stream::ExpertProvider> xp;
@@ -80,6 +85,7 @@ Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, in
   }
   model::deepseek4::Options mo;
   mo.experts = xp.get();
+  mo.bench_routing = router;
   mo.max_batch = 16;
   auto m = model::deepseek4::Model::from_file(gguf::File::open(path), mo);
   m->register_weights(*be);
@@ -103,7 +109,13 @@ Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, in
     r.stats = xp->stats();
     xp->detach_device();
   }
+  if (steps_out) *steps_out = compute::cuda_step_stats(*be);
   return r;
+}
+
+int64_t replays(const std::string& step_stats) {  // "step graphs: N recorded, M replays"
+  const auto at = step_stats.find(" recorded, ");
+  return at == std::string::npos ? -1 : std::atoll(step_stats.c_str() + at + 11);
 }
 
 void check(const char* which, int64_t n_tokens) {
@@ -146,6 +158,46 @@ void check(const char* which, int64_t n_tokens) {
 }
 
 TEST(CudaStream, DemoModelBitIdentical) { check("demo", 40); }
+
+// Benchmark routing (--bench-routing) on the device: the decode steps replayed as CUDA graphs
+// read each step's forced ids from the step inputs, so (1) the CUDA backend's logits equal the
+// CPU backend's under the same seed at every step (a graph replaying stale ids would fork at the
+// first replayed step), (2) streaming through the gpu tier equals resident, and (3) the routing
+// really changed (the model's own routing gives other logits).
+TEST(CudaStream, BenchRoutingReplaysWithTheStepsIds) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string path = model_file("demo");
+  if (path.empty() || !fs::exists(path)) GTEST_SKIP() << "DS4_DEMO not given";
+  gguf::File f = gguf::File::open(path);
+  const auto hp = model::deepseek4::HParams::from_gguf(f);
+  stream::ZipfRoutingParams zp;
+  zp.n_layer = hp.n_layer, zp.n_expert = hp.n_expert, zp.k = hp.n_expert_used, zp.seed = 7;
+  const stream::ZipfRouter router(zp);
+  std::vector<int32_t> toks;
+  for (int i = 0; i < 24; ++i) toks.push_back(5 + 11 * i % 700);
+  const int steps = 32;
+  std::string gs;
+  const auto cuda = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot, &router, "cuda", &gs);
+  std::fprintf(stderr, "[cuda-stream] bench routing, resident: %s\n", gs.c_str());
+  if (env("DS4_CUDA_GRAPHS") != "0") {
+    EXPECT_GT(replays(gs), 8) << gs;  // most decode steps were graph replays
+  }
+  const auto cpu = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot, &router, "cpu");
+  ASSERT_EQ(cuda.prefill.size(), cpu.prefill.size());
+  EXPECT_EQ(std::memcmp(cuda.prefill.data(), cpu.prefill.data(), cpu.prefill.size() * 4), 0) << "prefill vs cpu";
+  EXPECT_EQ(cuda.greedy, cpu.greedy) << "greedy vs cpu";
+  ASSERT_EQ(cuda.decode.size(), cpu.decode.size());
+  const size_t V = static_cast<size_t>(hp.n_vocab);
+  for (int s = 0; s < steps; ++s)
+    EXPECT_EQ(std::memcmp(cuda.decode.data() + s * V, cpu.decode.data() + s * V, V * 4), 0) << "decode step " << s;
+  const int64_t K = hp.n_expert_used;
+  const auto streamed = run(path, toks, steps, hp.n_layer * K + 2, 2 * K, stream::PolicyKind::Lru, &router);
+  EXPECT_EQ(std::memcmp(cuda.decode.data(), streamed.decode.data(), cuda.decode.size() * 4), 0) << "streamed decode";
+  EXPECT_EQ(std::memcmp(cuda.prefill.data(), streamed.prefill.data(), cuda.prefill.size() * 4), 0) << "streamed prefill";
+  EXPECT_GT(streamed.stats.gpu_misses, 0u);
+  const auto own = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot);
+  EXPECT_NE(std::memcmp(cuda.decode.data(), own.decode.data(), cuda.decode.size() * 4), 0) << "routing unchanged";
+}
 
 TEST(CudaStream, FlashGeometryBitIdentical) { check("flash3", 24); }
 

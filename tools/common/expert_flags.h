@@ -11,7 +11,7 @@ namespace ds4::tools {
 
 struct ExpertFlags {
   bool ssd_streaming = false, resident = false;
-  std::string cache_host, cache_gpu, cache_policy = "hot", io = "auto", packed, trace;
+  std::string cache_host, cache_gpu, cache_policy = "hot", io = "auto", packed, trace, bench_routing;
   bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
   double memory_reserve_gib = 2.0, host_memory_gib = 0;
 
@@ -27,6 +27,7 @@ struct ExpertFlags {
     eo.expert_protect = !no_expert_protect;
     eo.packed_experts = packed;
     eo.trace_routing = trace;
+    eo.bench_routing = bench_routing;
     eo.memory_reserve_gib = memory_reserve_gib;
     eo.host_memory_gib = host_memory_gib;
   }
@@ -57,6 +58,10 @@ inline CLI::Option_group* add_expert_flags(CLI::App& app, ExpertFlags& f) {
   g->add_flag("--no-expert-protect", f.no_expert_protect, "let demand reads evict fresh prefetches");
   g->add_option("--packed-experts", f.packed, "packed expert file (default: MODEL.gguf.experts if present)");
   g->add_option("--trace-routing", f.trace, "write every token's routing to FILE (streams the experts)");
+  g->add_option("--bench-routing", f.bench_routing,
+                "benchmarks only: zipf[:SEED] replaces the learned layers' expert choice with synthetic routing "
+                "(per-layer Zipf popularity + token-to-token locality; weights stay the router's; checked when "
+                "the engine opens)");
   return g;
 }
 

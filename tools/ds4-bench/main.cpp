@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   CLI::App app{"ds4-bench: prefill and generation speed per context frontier (CSV)"};
   ds4::EngineOptions eo;
   std::string prompt_file, csv_path, sim = "on";
-  int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64;
+  int64_t ctx_start = 2048, ctx_max = 8192, step = 0, gen_tokens = 64, gen_warmup = 0;
   uint64_t seed = 1;
   bool mem_copy = false, stats = false;
   ds4::tools::ExpertFlags xf;
@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
   app.add_option("--ctx-max", ctx_max, "last frontier")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--step-incr", step, "tokens between frontiers (default: ctx-start)")->check(CLI::NonNegativeNumber);
   app.add_option("--gen-tokens", gen_tokens, "tokens generated at each frontier")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--gen-warmup", gen_warmup,
+                 "tokens generated at each frontier before the timed ones (not timed, not counted): an expert "
+                 "cache then starts warm")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--batch", eo.max_batch, "prefill chunk (tokens per forward pass)")->capture_default_str();
   app.add_option("--csv", csv_path, "also write the CSV to this file");
@@ -85,7 +90,7 @@ int main(int argc, char** argv) {
     if (step == 0) step = ctx_start;
     if (ctx_max < ctx_start) ds4::fail("--ctx-max {} is below --ctx-start {}", ctx_max, ctx_start);
     eo.act_quant_sim = sim == "on";
-    eo.ctx_size = ctx_max + gen_tokens + 1;
+    eo.ctx_size = ctx_max + gen_warmup + gen_tokens + 1;
     if (mem_copy) {
       double read = 0;
       const double copy = ds4bench::copy_bandwidth_gbs(eo.threads, size_t{1} << 30, 3, &read);
@@ -127,8 +132,12 @@ int main(int argc, char** argv) {
       double gen_s = 0;
       if (gen_tokens > 0) {
         ds4::GenerateOptions go;
-        go.max_tokens = gen_tokens;
         go.stop_at_stop_tokens = false;
+        if (gen_warmup > 0) {
+          go.max_tokens = gen_warmup;
+          session->generate(go, [](const ds4::GeneratedToken&) { return true; });
+        }
+        go.max_tokens = gen_tokens;
         const auto c0 = engine->expert_counters();
         auto t1 = Clock::now();
         auto r = session->generate(go, [](const ds4::GeneratedToken&) { return true; });
@@ -139,13 +148,21 @@ int main(int argc, char** argv) {
           const double tok = std::max(1.0, d(c0->tokens, c1->tokens));
           const double host_sel = d(c0->hits + c0->inflight_hits + c0->misses, c1->hits + c1->inflight_hits + c1->misses);
           const double gpu_sel = d(c0->gpu_hits + c0->gpu_misses, c1->gpu_hits + c1->gpu_misses);
+          // Prefetch (hash + lookahead, host tier): coverage = demand reads it saved over the demand
+          // reads there would otherwise have been; wasted = prefetched experts evicted unused.
+          const double useful = d(c0->prefetch_useful, c1->prefetch_useful);
+          const double wasted = d(c0->prefetch_wasted, c1->prefetch_wasted);
+          const double demand = useful + d(c0->misses, c1->misses);
           fmt::print(stderr,
                      "ds4-bench: ctx {} generation experts: tokens={} gpu_hit={:.4f} host_hit={:.4f} "
-                     "read_mib_per_token={:.3f} h2d_mib_per_token={:.3f} stall_ms_per_token={:.3f}\n",
+                     "read_mib_per_token={:.3f} h2d_mib_per_token={:.3f} stall_ms_per_token={:.3f} "
+                     "prefetch_issued_per_token={:.2f} prefetch_coverage={:.4f} wasted_per_useful={:.3f}\n",
                      frontier, tok, gpu_sel > 0 ? d(c0->gpu_hits, c1->gpu_hits) / gpu_sel : 0.0,
                      host_sel > 0 ? d(c0->hits + c0->inflight_hits, c1->hits + c1->inflight_hits) / host_sel : 0.0,
                      d(c0->bytes_read, c1->bytes_read) / 1048576.0 / tok, d(c0->h2d_bytes, c1->h2d_bytes) / 1048576.0 / tok,
-                     (c1->stall_seconds - c0->stall_seconds) * 1e3 / tok);
+                     (c1->stall_seconds - c0->stall_seconds) * 1e3 / tok,
+                     d(c0->prefetch_issued, c1->prefetch_issued) / tok, demand > 0 ? useful / demand : 0.0,
+                     useful > 0 ? wasted / useful : 0.0);
         }
         session->rewind(frontier);
       }

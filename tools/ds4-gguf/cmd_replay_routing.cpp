@@ -27,7 +27,7 @@ int usage() {
                "  --decay N           hot policy: counts halve every N tokens (default 16)\n"
                "  --per-layer         hit rate per layer too\n"
                "  synthetic source:   --tokens N (512) --layers N (43) --experts N (256) --k N (6) --hash-layers N (3)\n"
-               "                      --zipf A (0.9) --reuse P (0.45) --guesses N (4) --guess-recall Q (0.5) --seed S\n"
+               "                      --zipf A (0.8) --reuse P (0.3) --guesses N (4) --guess-recall Q (0.5) --seed S\n"
                "                      --write-trace FILE (save the generated trace)\n");
   return 2;
 }

@@ -15,6 +15,7 @@
 #include "stream/device_tier.h"
 #include "stream/planner.h"
 #include "stream/setup.h"
+#include "stream/synthetic_routing.h"
 #include "options.h"
 
 namespace ds4::tools {
@@ -54,6 +55,15 @@ void run_dump_logits(const Ds4Options& opts) {
   if (!x.cache_gpu.empty() && !ss.provider)
     fail("--expert-cache-gpu {}: the gpu tier applies when the routed experts stream (--ssd-streaming)", x.cache_gpu);
   mo.experts = ss.provider.get();
+  std::unique_ptr<stream::ZipfRouter> bench;  // --bench-routing; outlives the model
+  if (const auto seed = stream::parse_bench_routing(x.bench_routing)) {
+    const auto hp = model::deepseek4::HParams::from_gguf(file);
+    if (hp.experts_pruned()) fail("--bench-routing: {} has pruned expert tensors", opts.model_path);
+    stream::ZipfRoutingParams zp;
+    zp.n_layer = hp.n_layer, zp.n_expert = hp.n_expert, zp.k = hp.n_expert_used, zp.seed = *seed;
+    bench = std::make_unique<stream::ZipfRouter>(zp);
+    mo.bench_routing = bench.get();
+  }
   auto model = model::deepseek4::Model::from_file(std::move(file), mo);
   ThreadPool pool(opts.threads);
   compute::BackendOptions bo;

@@ -144,6 +144,10 @@ void CpuBackend::moe_route(const float* logits, const int32_t* tokens, int64_t r
       std::copy_n(p.tid2eid + static_cast<int64_t>(tokens[t]) * K, K, ex);
       for (int64_t k = 0; k < K; ++k)
         if (ex[k] < 0 || ex[k] >= E) fail("moe_route: hash table gives expert {} for token {}", ex[k], tokens[t]);
+    } else if (p.forced) {
+      std::copy_n(p.forced + t * K, K, ex);
+      for (int64_t k = 0; k < K; ++k)
+        if (ex[k] < 0 || ex[k] >= E) fail("moe_route: forced expert {} outside [0, {})", ex[k], E);
     } else {
       // The bias steers selection only; weights use the unbiased scores (trap 13).
       sel = s;

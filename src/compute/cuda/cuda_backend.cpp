@@ -134,8 +134,10 @@ class CudaBackend final : public Backend {
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;
 
-  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) override;
-  const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token) override;
+  const float* step_replay(const StepKey& key, int64_t pos, int32_t token, std::span<const int32_t> extra,
+                           bool* record) override;
+  const int32_t* step_record_begin(const StepKey& key, int64_t pos, int32_t token,
+                                   std::span<const int32_t> extra) override;
   const float* step_record_end(const float* logits) override;
   void step_record_abort() noexcept override;
   std::string step_stats() const;
@@ -153,6 +155,7 @@ class CudaBackend final : public Backend {
     cuda::BlockCache::Arena arena;
     const float* logits = nullptr;
     uint64_t last_use = 0;
+    size_t n_extra = 0;             // extra step inputs it reads (step_replay)
     std::vector<ProfPending> prof;  // DS4_CUDA_PROFILE=graph: event pairs recorded in the graph
   };
   static constexpr size_t kMaxStepGraphs = 8;  // emission phases x indexer use of a few states
@@ -162,7 +165,7 @@ class CudaBackend final : public Backend {
     if (rec_ && c.ratio <= 0) fail("CUDA: internal: a plain row count ({}) inside a recorded step", c.n);
     return c.ratio > 0 ? cuda::DevCount{dpos(c.pos), c.ratio, c.n} : cuda::DevCount{{}, 0, c.n};
   }
-  void launch_step(StepGraph& g, int64_t pos, int32_t token);
+  void launch_step(StepGraph& g, int64_t pos, int32_t token, std::span<const int32_t> extra);
   void drop_step_graph(StepGraph& g) noexcept;
   bool graphs_ = true;                   // DS4_CUDA_GRAPHS=0 turns them off
   bool fuse_hc_ = true;                  // DS4_CUDA_FUSE_HC=0: hc_pre_norm as its three ops
@@ -207,14 +210,15 @@ class CudaBackend final : public Backend {
   bool rec_ = false;                     // recording a step now
   int64_t rec_pos_ = 0;
   int32_t rec_token_ = 0;
+  std::vector<int32_t> rec_extra_;       // the recording step's extra inputs
   StepGraph rec_graph_;
   std::vector<std::unique_ptr<StepGraph>> graphs_by_key_;
   std::vector<StepKey> seen_;            // keys run once without a graph (recorded the next time)
   std::vector<StepKey> refused_;         // keys whose recording failed: op by op from then on
   uint64_t use_clock_ = 0;
   long replays_ = 0, recorded_ = 0;
-  int32_t* d_step_ = nullptr;            // device {pos, token} of the step being replayed
-  int32_t* h_step_ = nullptr;            // pinned staging of it
+  int32_t* d_step_ = nullptr;            // device {pos, token, extra...} of the step being replayed
+  int32_t* h_step_ = nullptr;            // pinned staging of it (2 + kMaxStepExtra words)
   cudaEvent_t step_staged_ = nullptr;    // the staging copy has been read
 
   // A weight range: a device copy of host bytes (key = host address), or device memory used
@@ -361,8 +365,10 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
     check(cudaMalloc(reinterpret_cast<void**>(&qact_d_), kQactCap / 32 * sizeof(float)),
           "cudaMalloc(activation Q8_0 scales)");
   }
-  check(cudaMalloc(reinterpret_cast<void**>(&d_step_), 2 * sizeof(int32_t)), "cudaMalloc(step inputs)");
-  check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), 2 * sizeof(int32_t)), "cudaMallocHost(step inputs)");
+  // Room for the largest extra inputs once: recorded graphs keep reading these addresses.
+  const size_t step_words = 2 + kMaxStepExtra;
+  check(cudaMalloc(reinterpret_cast<void**>(&d_step_), step_words * sizeof(int32_t)), "cudaMalloc(step inputs)");
+  check(cudaMallocHost(reinterpret_cast<void**>(&h_step_), step_words * sizeof(int32_t)), "cudaMallocHost(step inputs)");
   check(cudaEventCreateWithFlags(&step_staged_, cudaEventDisableTiming), "cudaEventCreate(step inputs)");
 }
 
@@ -1246,12 +1252,16 @@ std::string CudaBackend::step_stats() const {
   return r;
 }
 
-void CudaBackend::launch_step(StepGraph& g, int64_t pos, int32_t token) {
+void CudaBackend::launch_step(StepGraph& g, int64_t pos, int32_t token, std::span<const int32_t> extra) {
   if (pos < 0 || pos > 0x7fffffff) fail("CUDA step graph: position {} outside the device counter", pos);
+  if (extra.size() != g.n_extra)
+    fail("CUDA step graph: {} extra step inputs for a step recorded with {}", extra.size(), g.n_extra);
   check(cudaEventSynchronize(step_staged_), "step inputs staging");  // the last step's copy has read them
   h_step_[0] = static_cast<int32_t>(pos);
   h_step_[1] = token;
-  check(cudaMemcpyAsync(d_step_, h_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "step inputs");
+  std::copy(extra.begin(), extra.end(), h_step_ + 2);
+  check(cudaMemcpyAsync(d_step_, h_step_, (2 + extra.size()) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+        "step inputs");
   check(cudaEventRecord(step_staged_, stream_), "cudaEventRecord(step inputs)");
   if (prof_replayed_) prof_resolve_after_sync();
   if (prof_graph_) {
@@ -1288,13 +1298,14 @@ void CudaBackend::drop_step_graph(StepGraph& g) noexcept {
   cuda::block_cache().free_arena(g.arena);
 }
 
-const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t token, bool* record) {
+const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t token, std::span<const int32_t> extra,
+                                      bool* record) {
   qact_forget();
   *record = false;
   if (!graphs_ || rec_) return nullptr;
   for (auto& g : graphs_by_key_)
     if (g->key == key) {
-      launch_step(*g, pos, token);
+      launch_step(*g, pos, token, extra);
       ++replays_;
       return g->logits;
     }
@@ -1309,12 +1320,16 @@ const float* CudaBackend::step_replay(const StepKey& key, int64_t pos, int32_t t
   return nullptr;
 }
 
-const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, int32_t token) {
+const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, int32_t token,
+                                              std::span<const int32_t> extra) {
   qact_forget();
   if (rec_) fail("CUDA step graph: a recording is already open");
   if (pos < 0 || pos > 0x7fffffff) fail("CUDA step graph: position {} outside the device counter", pos);
+  if (extra.size() > kMaxStepExtra) fail("CUDA step graph: {} extra step inputs (at most {})", extra.size(), kMaxStepExtra);
   rec_graph_ = StepGraph{};
   rec_graph_.key = key;
+  rec_graph_.n_extra = extra.size();
+  rec_extra_.assign(extra.begin(), extra.end());
   cuda::block_cache().open_arena(&rec_graph_.arena, stream_);
   cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
   if (e != cudaSuccess) {
@@ -1358,7 +1373,7 @@ const float* CudaBackend::step_record_end(const float* logits) {
   rec_graph_ = StepGraph{};
   ++recorded_;
   StepGraph& g = *graphs_by_key_.back();
-  launch_step(g, rec_pos_, rec_token_);
+  launch_step(g, rec_pos_, rec_token_, rec_extra_);
   return g.logits;
 }
 
@@ -1407,8 +1422,9 @@ void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t 
     n_tid_rows = static_cast<int64_t>(weight_tail(p.tid2eid) / row);
     tid = reinterpret_cast<const int32_t*>(weight(p.tid2eid, row, "moe_route", "tid2eid"));
   }
-  cuda::moe_route(logits, tokens, rows, p.n_expert, p.k, bias, tid, n_tid_rows, p.norm, p.scale, experts, weights,
-                  d_err_, stream_);
+  // p.forced is backend (device) memory like `tokens`: no translation.
+  cuda::moe_route(logits, tokens, rows, p.n_expert, p.k, bias, tid, n_tid_rows, p.forced, p.norm, p.scale, experts,
+                  weights, d_err_, stream_);
 }
 
 void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,

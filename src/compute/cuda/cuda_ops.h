@@ -22,7 +22,7 @@ enum ErrCode : int {
   kErrEmbedToken = 1,      // embed: token id outside the table
   kErrAttnIndex = 2,       // attention: idx[] outside the compressed rows
   kErrRouteToken = 3,      // moe_route: token id outside tid2eid
-  kErrRouteExpert = 4,     // moe_route: tid2eid entry outside [0, n_expert)
+  kErrRouteExpert = 4,     // moe_route: tid2eid (or forced) entry outside [0, n_expert)
 };
 
 // A position: the constant `off`, or, inside a recorded decode step, *at + off with `at` the
@@ -166,9 +166,10 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
 void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s,
            int64_t n_queries = 1, int64_t skip_k = -1);
 // tid2eid (device, n_tid_rows rows of k ids) or null; bias (device, n_expert) or null.
+// forced (device, optional, rows x k): ids that replace the top-k selection (benchmark routing).
 void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
-               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale,
-               int32_t* experts, float* weights, int* err, cudaStream_t s);
+               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm,
+               float scale, int32_t* experts, float* weights, int* err, cudaStream_t s);
 
 }  // namespace ds4::cuda
 

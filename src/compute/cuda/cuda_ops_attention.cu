@@ -319,14 +319,15 @@ __global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, Dev
 
 // ---- router -----------------------------------------------------------------------------------
 // One block per token: s_e = sqrt(softplus(logit)) (expf/log1pf rounded as glibc, see
-// cuda_util.cuh), then either the hash table's ids or k rounds of a block arg-max over
+// cuda_util.cuh), then either the hash table's ids, the forced ids (benchmark routing: read from
+// device memory, so a recorded step sees each replay's ids) or k rounds of a block arg-max over
 // s_e + bias (equal values: the lower id), then the weights in slot order.
 
 __device__ inline bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
 
 __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_expert, int k, const float* bias,
-                            const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale, int32_t* experts,
-                            float* weights, int* err) {
+                            const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm, float scale,
+                            int32_t* experts, float* weights, int* err) {
   pdl_begin();
   extern __shared__ float sh[];  // [E] s, [E] sel, [E] taken (as float 0/1)
   __shared__ float wv[32];
@@ -361,6 +362,16 @@ __global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_ex
         chosen[i] = id;
       }
     }
+  } else if (forced) {
+    if (threadIdx.x == 0)
+      for (int i = 0; i < k; ++i) {
+        int id = forced[t * k + i];
+        if (id < 0 || id >= n_expert) {
+          if (atomicCAS(err, 0, kErrRouteExpert) == 0) err[1] = id;
+          id = 0;
+        }
+        chosen[i] = id;
+      }
   } else {
     for (int i = 0; i < k; ++i) {
       float bv = -INFINITY;
@@ -548,14 +559,14 @@ void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* i
 }
 
 void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
-               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, bool norm, float scale,
-               int32_t* experts, float* weights, int* err, cudaStream_t s) {
+               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm,
+               float scale, int32_t* experts, float* weights, int* err, cudaStream_t s) {
   if (rows <= 0) return;
   if (k < 1 || k > 64 || k > n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", k, n_expert);
   const size_t shm = static_cast<size_t>(3 * n_expert) * sizeof(float);
   if (shm > 48 * 1024) fail("CUDA moe_route: {} experts exceed the kernel's shared memory", n_expert);
   launch(k_moe_route, grid_for(rows, 1), 256, shm, s, logits, tokens, static_cast<int>(n_expert), static_cast<int>(k),
-         bias, tid2eid, n_tid_rows, norm, scale, experts, weights, err);
+         bias, tid2eid, n_tid_rows, forced, norm, scale, experts, weights, err);
   check_launch("moe_route");
 }
 

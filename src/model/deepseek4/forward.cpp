@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "stream/synthetic_routing.h"
 
 namespace ds4::model::deepseek4 {
 
@@ -83,17 +84,30 @@ void Forward::note_replayed_step() {
   }
 }
 
+std::vector<int32_t> Forward::bench_ids() const {
+  const stream::ZipfRouter* r = m_.options().bench_routing;
+  if (!r) return {};
+  const int64_t K = hp_.n_expert_used;
+  std::vector<int32_t> ids(static_cast<size_t>(hp_.n_layer * n_ * K), 0);
+  for (int64_t il = hp_.n_hash_layers; il < hp_.n_layer; ++il)
+    for (int64_t t = 0; t < n_; ++t) r->route(p0_ + t, il, ids.data() + (il * n_ + t) * K);
+  return ids;
+}
+
 bool Forward::run_step_graph() {
   // One token whose logits are wanted, with nothing host-side inside the step (a steering hook
   // or streamed experts run host code per layer).
   if (n_ != 1 || hook_ || m_.options().experts) return false;
   const compute::StepKey key = step_key();
   bool record = false;
-  const float* logits = be_.step_replay(key, p0_, tokens_[0], &record);
+  // Benchmark routing's ids are per-step inputs, written with the position before each replay.
+  const std::vector<int32_t> extra = bench_ids();
+  const float* logits = be_.step_replay(key, p0_, tokens_[0], extra, &record);
   if (logits) {
     note_replayed_step();
   } else if (record) {
-    tok_dev_ = be_.step_record_begin(key, p0_, tokens_[0]);
+    tok_dev_ = be_.step_record_begin(key, p0_, tokens_[0], extra);
+    bench_dev_ = extra.empty() ? nullptr : tok_dev_ + 1;
     try {
       FBuf X = layers();
       FBuf out = head_logits(X, 0);
@@ -117,6 +131,12 @@ void Forward::run(float* logits_all, bool need_last_logits) {
     tokens_dev_ = compute::Buffer<int32_t>(be_, static_cast<size_t>(n_));
     tokens_dev_.from_host(tokens_);
     tok_dev_ = tokens_dev_.data();
+    if (m_.options().bench_routing) {
+      const std::vector<int32_t> ids = bench_ids();
+      bench_buf_ = compute::Buffer<int32_t>(be_, ids.size());
+      bench_buf_.from_host(ids);
+      bench_dev_ = bench_buf_.data();
+    }
     FBuf X = layers();
     const int64_t V = hp_.n_vocab;
     if (logits_all) {

@@ -47,6 +47,9 @@ class Forward {
   compute::StepKey step_key() const;
   // The host bookkeeping a replayed step skipped (compressed-row counts).
   void note_replayed_step();
+  // Benchmark routing (Options::bench_routing): the batch's forced expert ids, [layer][row][k]
+  // (hash layers' entries unused, 0), on the host.
+  std::vector<int32_t> bench_ids() const;
 
   // attention.cpp
   void attention_layer(int64_t il, const FBuf& X, FBuf& Xout);
@@ -71,6 +74,8 @@ class Forward {
   std::span<const int32_t> tokens_;
   compute::Buffer<int32_t> tokens_dev_;
   const int32_t* tok_dev_ = nullptr;  // the batch's token ids in backend memory
+  compute::Buffer<int32_t> bench_buf_;
+  const int32_t* bench_dev_ = nullptr;  // bench_ids() in backend memory (null: the router's top k)
   int64_t n_;
   int64_t p0_;
   LayerHook* hook_;

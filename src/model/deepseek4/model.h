@@ -16,6 +16,7 @@
 
 namespace ds4::stream {
 class ExpertProvider;
+class ZipfRouter;
 }
 
 namespace ds4::model::deepseek4 {
@@ -43,6 +44,11 @@ struct Options {
   // Routed experts from this provider (src/stream: host cache <- GGUF or packed file) instead
   // of the mapping; not owned, must outlive the Model. Results are bit-identical either way.
   stream::ExpertProvider* experts = nullptr;
+  // Benchmark routing (stream/synthetic_routing.h, `--bench-routing`): when set, the learned
+  // layers take their expert ids from this source (a function of position and layer) instead
+  // of the router's top k; the routing weights are still the router's scores at those ids.
+  // The router lookahead then guesses from the same source. Not owned; must outlive the Model.
+  const stream::ZipfRouter* bench_routing = nullptr;
 };
 
 class Model {

@@ -7,6 +7,7 @@
 #include "model/common/streamed_experts.h"
 #include "model/deepseek4/forward.h"
 #include "stream/provider.h"
+#include "stream/synthetic_routing.h"
 
 namespace ds4::model::deepseek4 {
 
@@ -38,13 +39,19 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   FBuf weights = buf(n_ * K);
   compute::RouteParams rp{hp_.experts_in(il), K, L.router_bias, L.tid2eid, hp_.expert_weights_norm,
                           hp_.expert_weights_scale};
+  if (bench_dev_ && !L.tid2eid) rp.forced = bench_dev_ + il * n_ * K;
   be_.moe_route(logits.data(), tok_dev_, n_, rp, experts.data(), weights.data());
 
   FBuf y = buf(n_ * d);
   if (stream::ExpertProvider* xp = m_.options().experts) {
     if (il == 0) xp->begin_tokens(tokens_);
     std::vector<int32_t> guess;  // router lookahead: layer il+1's router on this layer's input
-    if (n_ == 1 && il + 1 < hp_.n_layer && !hp_.is_hash_layer(il + 1) && xp->wants_lookahead()) {
+    const bool lookahead = n_ == 1 && il + 1 < hp_.n_layer && !hp_.is_hash_layer(il + 1) && xp->wants_lookahead();
+    if (lookahead && m_.options().bench_routing) {
+      // The next layer's real router would guess the real top k, which benchmark routing
+      // replaced: guess from the same source instead (right with the source's guess_recall).
+      guess = m_.options().bench_routing->guess(p0_, il + 1, K);
+    } else if (lookahead) {
       const LayerWeights& N = w_.layers[static_cast<size_t>(il + 1)];
       FBuf nl = project(N.router, f, 1), gw = buf(K);
       compute::Buffer<int32_t> g(be_, static_cast<size_t>(K));
