@@ -448,43 +448,20 @@ struct WRows {
   int64_t block0[kMaxMany + 1] = {};
 };
 
-// RW > 1 (Q8_0, DS4_CUDA_WROWS): a warp computes RW consecutive rows in one pass loop
-// (warp_qdot_rows: RW load streams per lane, each row's result bit for bit warp_qdot's), so
-// a short row (q_b: 1,024 inputs, one pass) is not one DRAM round trip per warp. Rows past
-// n_out repeat the last row; their results are not stored. A warp's rows share their group
-// (group_rows % RW == 0, checked by the launcher). tsm: 8 warps x RW x nb floats.
-template <class W, int RW = 1>
+template <class W>
 __global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq, const uint2* grid) {
   pdl_begin();
-  extern __shared__ float wtsm[];
+  extern __shared__ float wtsm[];  // 8 warps x nb floats
   const int warp = threadIdx.x >> 5;
   int m = 0;
   while (m + 1 < R.count && blockIdx.x >= R.block0[m + 1]) ++m;
-  const int64_t o0 = ((static_cast<int64_t>(blockIdx.x) - R.block0[m]) * 8 + warp) * RW;
-  if (o0 >= R.n_out[m]) return;  // whole warp
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) - R.block0[m]) * 8 + warp;
+  if (o >= R.n_out[m]) return;  // whole warp
   const int nb = static_cast<int>(n_in / W::kBE);
-  const int64_t first = R.group_rows > 0 ? o0 / R.group_rows * n_in : 0;
-  if constexpr (RW == 1) {
-    float v = warp_qdot<W>(R.data[m] + o0 * R.stride[m], warp_act<W>(aq, 0, first), nb, wtsm + warp * nb, grid);
-    if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
-    if ((threadIdx.x & 31) == 0) R.y[m][o0] = v;
-  } else {
-    const uint8_t* rows[RW];
-#pragma unroll
-    for (int q = 0; q < RW; ++q) {
-      const int64_t o = o0 + q < R.n_out[m] ? o0 + q : R.n_out[m] - 1;
-      rows[q] = R.data[m] + o * R.stride[m];
-    }
-    float r[RW];
-    warp_qdot_rows<W, RW>(rows, warp_act<W>(aq, 0, first), nb, wtsm + warp * RW * nb, grid, r);
-    if ((threadIdx.x & 31) != 0) return;
-#pragma unroll
-    for (int q = 0; q < RW; ++q) {
-      float v = r[q];
-      if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
-      if (o0 + q < R.n_out[m]) R.y[m][o0 + q] = v;
-    }
-  }
+  const int64_t first = R.group_rows > 0 ? o / R.group_rows * n_in : 0;
+  float v = warp_qdot<W>(R.data[m] + o * R.stride[m], warp_act<W>(aq, 0, first), nb, wtsm + warp * nb, grid);
+  if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
+  if ((threadIdx.x & 31) == 0) R.y[m][o] = v;
 }
 
 // Float weights, one activation row: a warp per output row, lane L = the CPU's FMA chain L
@@ -530,7 +507,7 @@ void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group
   check_launch("matmul (float, warp rows)");
 }
 
-template <class W, int RW = 1>
+template <class W>
 void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
                          cudaStream_t s) {
   const int64_t n_in = ws[0].n_in, nb = n_in / W::kBE;
@@ -539,22 +516,14 @@ void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64
   R.group_rows = group_rows;
   for (int m = 0; m < count; ++m) {
     R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
-    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 8 * RW - 1) / (8 * RW);
+    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
   }
   if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
-  const size_t smem = static_cast<size_t>(8 * RW * nb) * sizeof(float);
-  allow_smem(reinterpret_cast<const void*>(k_wmatmul<W, RW>), smem, "matmul (warp rows)");
+  const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
+  allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
   const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
-  launch(k_wmatmul<W, RW>, static_cast<unsigned>(R.block0[count]), 256, smem, s, R, n_in, aq, grid);
+  launch(k_wmatmul<W>, static_cast<unsigned>(R.block0[count]), 256, smem, s, R, n_in, aq, grid);
   check_launch("matmul (warp rows)");
-}
-
-// Rows per warp of the one-row Q8_0 products (DS4_CUDA_WROWS = 1, 2 or 4; 1 by default),
-// where the groups allow it.
-int q8_rows_per_warp(int64_t group_rows) {
-  static const int n = static_cast<int>(env_int("DS4_CUDA_WROWS", 1, 1, 4));
-  const int rw = n >= 4 ? 4 : n >= 2 ? 2 : 1;
-  return group_rows > 0 && group_rows % rw != 0 ? 1 : rw;
 }
 
 // DS4_CUDA_STAGED_GEMV (A/B): the staged kernels for one activation row too.
@@ -584,13 +553,9 @@ void launch_wmatmul_q8_0(const DevMatrix* ws, float* const* ys, int count, int64
       sw[m].row_stride = static_cast<size_t>(ws[m].n_in / 32) * 34;
     }
     launch_wmatmul_rows<WarpQ8_0Split>(sw, ys, count, group_rows, aq, s);
-  } else if (q8_wide()) {
-    switch (q8_rows_per_warp(group_rows)) {
-      case 4: return launch_wmatmul_rows<WarpQ8_0Wide, 4>(ws, ys, count, group_rows, aq, s);
-      case 2: return launch_wmatmul_rows<WarpQ8_0Wide, 2>(ws, ys, count, group_rows, aq, s);
-      default: return launch_wmatmul_rows<WarpQ8_0Wide>(ws, ys, count, group_rows, aq, s);
-    }
-  } else
+  } else if (q8_wide())
+    launch_wmatmul_rows<WarpQ8_0Wide>(ws, ys, count, group_rows, aq, s);
+  else
     launch_wmatmul_rows<WarpQ8_0>(ws, ys, count, group_rows, aq, s);
 }
 
