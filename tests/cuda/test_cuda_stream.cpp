@@ -99,8 +99,10 @@ Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, in
     int32_t next = argmax(r.prefill.data() + (toks.size() - 1) * V, V);
     for (int s = 0; s < steps; ++s) {
       r.greedy.push_back(next);
-      std::vector<float> lg(static_cast<size_t>(V));
-      m->eval(*be, st, std::span(&next, 1), lg.data());
+      // No logits_all: a one-token step whose last logits land in the state is what the decode
+      // loop runs, and the only one the CUDA backend records and replays as a graph.
+      m->eval(*be, st, std::span(&next, 1), nullptr);
+      const std::vector<float>& lg = st.logits;
       r.decode.insert(r.decode.end(), lg.begin(), lg.end());
       next = argmax(lg.data(), V);
     }
