@@ -172,16 +172,6 @@ class CudaBackend final : public Backend {
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
   bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
   bool fuse_qkv_ = true;                 // DS4_CUDA_FUSE_QKV=0: attn_qkv_prep as its five ops
-  // DS4_CUDA_HC_SIDE=1 (off by default until run on a GPU): instead of the fused pre-mix's last
-  // block, Sinkhorn runs as its own one-warp kernel on side_, forked after the pre-mix and joined before the hc_post
-  // that reads comb (the only reader), so the sub-layer's chain does not wait for it. In a
-  // recorded step the fork and join are graph edges.
-  bool hc_side_ = false;
-  cudaStream_t side_ = nullptr;
-  cudaEvent_t side_fork_ = nullptr, side_join_ = nullptr;
-  const float* side_comb_ = nullptr;  // comb being formed on side_ (joined at the latest by its hc_post)
-  float* side_mix_ = nullptr;         // the scaled mixes it reads (one comb in flight at a time)
-  void join_side();
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
@@ -350,13 +340,6 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
-  hc_side_ = cuda::env_switch("DS4_CUDA_HC_SIDE", false);
-  if (hc_side_) {
-    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate(side)");
-    check(cudaEventCreateWithFlags(&side_fork_, cudaEventDisableTiming), "cudaEventCreate(side fork)");
-    check(cudaEventCreateWithFlags(&side_join_, cudaEventDisableTiming), "cudaEventCreate(side join)");
-    check(cudaMalloc(reinterpret_cast<void**>(&side_mix_), 1024 * sizeof(float)), "cudaMalloc(side mixes)");
-  }
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
@@ -379,10 +362,6 @@ CudaBackend::~CudaBackend() {
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
   if (stream_) cudaStreamSynchronize(stream_);
   step_record_abort();
-  if (side_) cudaStreamSynchronize(side_), cudaStreamDestroy(side_);
-  if (side_fork_) cudaEventDestroy(side_fork_);
-  if (side_join_) cudaEventDestroy(side_join_);
-  if (side_mix_) cudaFree(side_mix_);
   for (auto& g : graphs_by_key_) drop_step_graph(*g);
   if (step_staged_) cudaEventDestroy(step_staged_);
   for (cudaEvent_t e : step_ev_)
@@ -415,15 +394,8 @@ CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::join_side() {
-  if (!side_comb_) return;
-  side_comb_ = nullptr;
-  check(cudaStreamWaitEvent(stream_, side_join_, 0), "cudaStreamWaitEvent(side join)");
-}
-
 void CudaBackend::sync_and_check(const char* what) {
   if (rec_) fail("CUDA {}: internal: a synchronizing call inside a recorded decode step", what);
-  join_side();
   check(cudaMemcpyAsync(h_err_, d_err_, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream_), "error word copy");
   const auto t0 = std::chrono::steady_clock::now();
   cudaError_t e = cudaStreamSynchronize(stream_);
@@ -1033,18 +1005,9 @@ void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int6
     const float* nw = norm ? weight_f(norm_w, p.n, "hc_pre", "norm") : nullptr;
     const cuda::DevMatrix dm = dev_matrix(fn, "hc_pre", "fn");
     const cuda::Q8Out q = norm ? qact_prepare(rows, p.n) : cuda::Q8Out{};
-    const bool side = hc_side_ && hc_overlap_ && post && p.n_hc * p.n_hc <= 32 && (2 + p.n_hc) * p.n_hc <= 1024;
-    join_side();  // one comb in flight at a time
     if (cuda::hc_pre_fused(wtype, dm.data, dm.row_stride, dm.n_in, dm.n_out, X, p.n_hc, p.n, w.scale, w.base,
                            p.sinkhorn_iters, p.hc_eps, p.rms_eps, norm, nw, norm_eps, mix, x_in, post, comb,
-                           hc_overlap_, stream_, q, side ? side_mix_ : nullptr)) {
-      if (side) {
-        check(cudaEventRecord(side_fork_, stream_), "cudaEventRecord(side fork)");
-        check(cudaStreamWaitEvent(side_, side_fork_, 0), "cudaStreamWaitEvent(side fork)");
-        cuda::hc_comb(side_mix_, w.scale, w.base, p.n_hc, p.sinkhorn_iters, p.hc_eps, comb, side_);
-        check(cudaEventRecord(side_join_, side_), "cudaEventRecord(side join)");
-        side_comb_ = comb;
-      }
+                           hc_overlap_, stream_, q)) {
       qact_commit(q, x_in, p.n);
       return;
     }
@@ -1055,7 +1018,6 @@ void CudaBackend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int6
 void CudaBackend::hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows,
                           int n_hc, int64_t n, float* Xout) {
   qact_forget();
-  join_side();  // comb (formed on the side stream) is read here
   Prof prof(this, "hc_post");
   if (Xout == X) fail("CUDA hc_post: Xout must not alias X");
   cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_);
@@ -1346,7 +1308,6 @@ const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, i
 const float* CudaBackend::step_record_end(const float* logits) {
   qact_forget();
   if (!rec_) fail("CUDA step graph: no recording is open");
-  join_side();  // a capture ends with every forked stream joined
   cudaGraph_t graph = nullptr;
   rec_ = false;
   cuda::block_cache().close_arena();
@@ -1386,10 +1347,6 @@ void CudaBackend::step_record_abort() noexcept {
   } catch (...) {
   }
   std::fprintf(stderr, "cuda: recording a decode step failed; later steps of its shape run op by op\n");
-  if (side_comb_) {
-    side_comb_ = nullptr;
-    cudaStreamWaitEvent(stream_, side_join_, 0);  // errors here end in the failed capture below
-  }
   cuda::block_cache().close_arena();
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);

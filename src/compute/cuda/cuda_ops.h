@@ -96,10 +96,9 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s, Q8Out q = {}, float* mix_side = nullptr);
-// mix_side (overlap only, not the head): the kernel also writes the scaled mixes there and leaves
-// comb alone; hc_comb, launched after it (on another stream, ordered by an event), forms comb
-// from that copy (which must outlive it: the caller's mix may be released at once).
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q = {});
+// comb alone from the scaled mixes (Sinkhorn by one warp, as the fused kernel's tail runs it):
+// cuda_backend_check times it to show what the Sinkhorn costs inside hc_pre_norm.
 void hc_comb(const float* mix, const float* scale, const float* base, int n_hc, int sinkhorn_iters, float hc_eps,
              float* comb, cudaStream_t s);
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,

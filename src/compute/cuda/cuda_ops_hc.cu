@@ -198,7 +198,7 @@ __device__ __forceinline__ void named_barrier(int id, int count) {
 __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float* m, const float* scale,
                                     const float* base, int iters, float hc_eps, float rms_inv, bool norm,
                                     const float* norm_w, float norm_eps, float* xi, float* x_in, float* post,
-                                    float* comb, Q8Out q, float* mix_side) {
+                                    float* comb, Q8Out q) {
   __shared__ float m_sh[(2 + kMaxHc) * kMaxHc];
   __shared__ float pre[kMaxHc];
   __shared__ double ss_sh[32];
@@ -209,7 +209,6 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
     const float v = __ldcg(m + k) * rms_inv;
     m[k] = v;
     m_sh[k] = v;
-    if (mix_side) mix_side[k] = v;
   }
   __syncthreads();
   if (tid < n_hc) {
@@ -220,7 +219,6 @@ __device__ void hc_pre_tail_overlap(const float* xs, int n_hc, int64_t n, float*
   }
   __syncthreads();
   if (!head && warp == 1) {
-    if (mix_side) return;  // k_hc_comb on the side stream forms comb from the scaled mixes
     if (n_hc == 4)
       hc_comb_warp<4>(m_sh, scale, base, n_hc, iters, hc_eps, comb);
     else
@@ -276,7 +274,7 @@ template <int kWType, bool kOverlap>
 __global__ void __launch_bounds__(1024)
     k_hc_pre_fused(const uint8_t* fn, size_t fn_stride, const float* X, int n_hc, int64_t n, const float* scale,
                    const float* base, int iters, float hc_eps, float rms_eps, bool norm, const float* norm_w,
-                   float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q, float* mix_side) {
+                   float norm_eps, float* mix, float* x_in, float* post, float* comb, Q8Out q) {
   pdl_trigger();
   extern __shared__ uint4 hsm4[];
   __shared__ bool last;
@@ -330,17 +328,16 @@ __global__ void __launch_bounds__(1024)
     const int lane = threadIdx.x & 31, parts = (blockDim.x >> 5) - 1;
     const double ss = warp_sum(lane < parts ? ss_part[lane] : 0.0);
     hc_pre_tail_overlap(xs, n_hc, n, mix, scale, base, iters, hc_eps, inv_rms_of(ss, width, rms_eps), norm, norm_w,
-                        norm_eps, xi, x_in, post, comb, q, mix_side);
+                        norm_eps, xi, x_in, post, comb, q);
   } else {
     hc_pre_row(xs, n_hc, n, mix, scale, base, iters, hc_eps, rms_eps, xi, post, comb);
     if (norm) rms_store(xi, norm_w, n, block_inv_rms(xi, n, norm_eps), x_in, q);
   }
 }
 
-// comb of one row from its scaled mixes (the copy the fused pre-mix's last block wrote to the
-// backend's mix_side buffer: the model's mix scratch is released when hc_pre_norm returns),
-// the Sinkhorn of hc_pre_tail_overlap by one warp; launched on a side stream so that the chain
-// of 39 dependent normalizations runs beside the sub-layer instead of at the pre-mix's end.
+// comb of one row from its scaled mixes, the Sinkhorn of hc_pre_tail_overlap by one warp (a
+// probe: cuda_backend_check times it; running it on a side stream, forked after the pre-mix and
+// joined at hc_post, was measured 7% slower end to end and removed).
 __global__ void k_hc_comb(const float* m, const float* scale, const float* base, int n_hc, int iters, float hc_eps,
                           float* comb) {
   pdl_begin();
@@ -380,9 +377,8 @@ void hc_pre(const float* X, float* mix, int64_t rows, int n_hc, int64_t n, const
 bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in, int64_t fn_out, const float* X,
                   int n_hc, int64_t n, const float* scale, const float* base, int sinkhorn_iters, float hc_eps,
                   float rms_eps, bool norm, const float* norm_w, float norm_eps, float* mix, float* x_in, float* post,
-                  float* comb, bool overlap, cudaStream_t s, Q8Out q, float* mix_side) {
+                  float* comb, bool overlap, cudaStream_t s, Q8Out q) {
   const bool head = post == nullptr;
-  if (mix_side && (!overlap || head)) fail("CUDA hc_pre (fused): internal: comb on the side needs the overlap variant");
   const int64_t width = n_hc * n, n_mix = head ? n_hc : (2 + n_hc) * n_hc;
   const size_t es = wtype == 0 ? 4 : 2;
   const size_t smem = static_cast<size_t>(width) * (4 + es);
@@ -395,7 +391,7 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
   auto run = [&](auto kernel) {
     gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "hc_pre (fused)");
     launch(kernel, static_cast<unsigned>(n_mix), 1024, smem, s, fn, fn_stride, X, n_hc, n, scale, base, sinkhorn_iters,
-           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb, q, mix_side);
+           hc_eps, rms_eps, norm, norm_w, norm_eps, mix, x_in, post, comb, q);
   };
   if (overlap) {
     if (wtype == 0)
