@@ -16,6 +16,10 @@ namespace ds4::stream {
 
 namespace {
 constexpr uint32_t kNone = UINT32_MAX;
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 constexpr int kRecordTag = 3;  // ReadOp tag = id * 4 + component, or + 3 for a whole record
 }  // namespace
 
@@ -23,6 +27,9 @@ struct ExpertProvider::Entry {
   enum St : uint8_t { Absent, Loading, Ready };
   St st = Absent;
   bool prefetched = false;  // installed by a prefetch and not selected since
+  bool pf_io = false;       // its reads were submitted as prefetch and are still in flight
+  bool waited = false;      // a lease waits for it (demand load or claimed prefetch), still loading
+  int64_t t_submit = 0;     // steady_clock ns when its demand reads were submitted (demand only)
   uint8_t pf_kind = 0;
   uint8_t reads_left = 0;
   int pins = 0;
@@ -36,6 +43,8 @@ struct ExpertProvider::AtomicStats {
   std::atomic<uint64_t> tokens{0}, acquires{0}, hits{0}, inflight_hits{0}, misses{0};
   std::atomic<uint64_t> pf_issued[2]{}, pf_useful[2]{}, pf_wasted[2]{}, pf_dropped[2]{};
   std::atomic<uint64_t> evictions{0}, reads{0}, bytes_read{0}, stall_ns{0}, cached_bytes{0};
+  std::atomic<uint64_t> demand_batches{0}, demand_behind_prefetch{0}, prefetch_during_demand{0};
+  std::atomic<uint64_t> demand_expert_ns{0}, demand_experts{0};
   std::atomic<uint64_t> gpu_hits{0}, gpu_misses{0}, gpu_evictions{0}, h2d_copies{0}, h2d_bytes{0}, host_unpinned{0};
 };
 
@@ -47,6 +56,12 @@ std::string ProviderStats::describe() const {
       sel, hits, inflight_hits, 100.0 * hit_rate(), misses, evictions, reads, bytes_read / 1048576.0,
       tokens ? bytes_read / 1048576.0 / static_cast<double>(tokens) : 0.0, stall_ns / 1e6,
       tokens ? stall_ns / 1e6 / static_cast<double>(tokens) : 0.0);
+  if (demand_batches)
+    s += fmt::format(
+        "demand vs prefetch: {} demand batches with {:.2f} prefetch reads in flight each; {} prefetch reads "
+        "submitted while demand was in flight; demand load {:.2f} ms per expert\n",
+        demand_batches, static_cast<double>(demand_behind_prefetch) / static_cast<double>(demand_batches),
+        prefetch_during_demand, demand_experts ? demand_expert_ns / 1e6 / static_cast<double>(demand_experts) : 0.0);
   const char* names[2] = {"hash", "lookahead"};
   for (int k = 0; k < 2; ++k)
     s += fmt::format("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", names[k], prefetch_issued[k],
@@ -387,9 +402,17 @@ bool ExpertProvider::start_load(uint32_t id, bool prefetch, int kind) {
   resident_pos_[id] = static_cast<uint32_t>(resident_.size());
   resident_.push_back(id);
   st_->cached_bytes += bytes;
+  const unsigned n_reads = en.reads_left;
   if (prefetch) {
     ++prefetch_inflight_;
     ++st_->pf_issued[kind];
+    en.pf_io = true;
+    pf_reads_ += n_reads;
+    if (dem_reads_ > 0) st_->prefetch_during_demand += n_reads;
+  } else {
+    en.waited = true;
+    en.t_submit = now_ns();
+    dem_reads_ += n_reads;
   }
   return true;
 }
@@ -415,7 +438,15 @@ void ExpertProvider::handle(const ReadDone& d) {
          e, layer, r.offset, d.result, r.need);
   ++st_->reads;
   st_->bytes_read += static_cast<uint64_t>(d.result);
+  if (en.pf_io && pf_reads_ > 0) --pf_reads_;
+  if (en.waited && dem_reads_ > 0) --dem_reads_;
   if (--en.reads_left > 0) return;
+  en.pf_io = false;
+  if (en.waited && en.t_submit) {
+    st_->demand_expert_ns += static_cast<uint64_t>(now_ns() - en.t_submit);
+    ++st_->demand_experts;
+  }
+  en.waited = false;
   if (opt_.store.verify_reads &&
       !store_->verify(layer, e, en.buf + en.lead[0], en.buf + en.lead[1], en.buf + en.lead[2]))
     fail("{}: expert {} of layer {}: checksum mismatch (file damaged or changed)", store_->source_path(), e, layer);
@@ -537,6 +568,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
       ++st_->pf_useful[en.pf_kind];
       en.prefetched = false;
       if (en.st == Entry::Loading && prefetch_inflight_ > 0) --prefetch_inflight_;
+      if (en.st == Entry::Loading) {  // its remaining reads are now waited for
+        en.waited = true;
+        dem_reads_ += en.reads_left;
+      }
     }
     ++en.pins;
     if (en.st == Entry::Ready) {
@@ -560,6 +595,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
       lease.deferred_.push_back(id);
     }
   }
+  if (!batch_.empty()) {
+    ++st_->demand_batches;
+    st_->demand_behind_prefetch += pf_reads_;
+  }
   flush();
   return lease;
 }
@@ -574,6 +613,9 @@ ProviderStats ExpertProvider::stats() const {
     s.prefetch_wasted[k] = a.pf_wasted[k], s.prefetch_dropped[k] = a.pf_dropped[k];
   }
   s.evictions = a.evictions, s.reads = a.reads, s.bytes_read = a.bytes_read, s.stall_ns = a.stall_ns;
+  s.demand_batches = a.demand_batches, s.demand_behind_prefetch = a.demand_behind_prefetch;
+  s.prefetch_during_demand = a.prefetch_during_demand;
+  s.demand_expert_ns = a.demand_expert_ns, s.demand_experts = a.demand_experts;
   s.budget_bytes = pool_->budget();
   s.cached_bytes = a.cached_bytes;
   s.gpu_hits = a.gpu_hits, s.gpu_misses = a.gpu_misses, s.gpu_evictions = a.gpu_evictions;

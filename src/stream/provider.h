@@ -88,6 +88,13 @@ struct ProviderStats {
   uint64_t reads = 0;
   uint64_t bytes_read = 0;
   uint64_t stall_ns = 0;  // time next() waited for reads
+  // Demand against prefetch on the disk (the disk serves what is in flight in parallel, so a
+  // prefetch read in flight when demand is submitted takes bandwidth from that demand).
+  uint64_t demand_batches = 0;        // acquire()s that submitted demand reads
+  uint64_t demand_behind_prefetch = 0;  // prefetch reads in flight at those submissions (sum)
+  uint64_t prefetch_during_demand = 0;  // prefetch reads submitted while demand reads were in flight
+  uint64_t demand_expert_ns = 0;      // demand loads: submission to last byte (sum), see demand_experts
+  uint64_t demand_experts = 0;
   uint64_t budget_bytes = 0;
   uint64_t cached_bytes = 0;
   // Device tier (all 0 without one). gpu_misses = selections the host tier then served.
@@ -202,6 +209,9 @@ class ExpertProvider {
   };
   std::vector<Queued> prefetch_queue_;
   unsigned prefetch_inflight_ = 0;
+  // Reads in the I/O engine: those submitted as prefetch, and those a lease waits for (demand
+  // loads and prefetches that acquire() claimed while still loading).
+  uint64_t pf_reads_ = 0, dem_reads_ = 0;
   std::vector<std::vector<int32_t>> tid2eid_;  // hash layers: [vocab][k]
   int64_t hash_k_ = 0;
   uint64_t clock_ = 0, tokens_ = 0;
