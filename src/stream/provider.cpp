@@ -115,7 +115,7 @@ uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
 ExpertLease::ExpertLease(ExpertLease&& o) noexcept
     : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
       deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), current_(o.current_),
-      current_dev_(o.current_dev_), serial_(o.serial_), out_(o.out_) {
+      current_dev_(o.current_dev_), serial_(o.serial_), done_(o.done_), out_(o.out_) {
   o.p_ = nullptr;
 }
 
@@ -185,7 +185,11 @@ const ExpertLease::Expert* ExpertLease::next() {
       }
       return &out_;
     }
-    if (waiting_.empty() && deferred_.empty()) return nullptr;
+    if (waiting_.empty() && deferred_.empty()) {
+      if (!done_) p.lease_done_ns_ = now_ns();  // decode computes until the next acquire
+      done_ = true;
+      return nullptr;
+    }
     if (p.io_->in_flight() == 0 && waiting_.empty()) {
       // Host slots held for copies to the device free up once those copies have run.
       if (p.dev_ && p.release_pending(true)) continue;
@@ -238,6 +242,7 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
   p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens);
   p->entries_.resize(n_ids);
   p->resident_pos_.assign(n_ids, kNone);
+  p->pf_layer_.assign(static_cast<size_t>(L.n_layer), 0);
   p->io_ = make_io_engine(opt.io, opt.io_depth, opt.io_threads);
   if (!p->io_) fail("io_uring is unavailable on this machine (use the pread engine)");
   p->st_ = std::make_unique<AtomicStats>();
@@ -405,6 +410,7 @@ bool ExpertProvider::start_load(uint32_t id, bool prefetch, int kind) {
   const unsigned n_reads = en.reads_left;
   if (prefetch) {
     ++prefetch_inflight_;
+    ++pf_layer_[static_cast<size_t>(layer)];
     ++st_->pf_issued[kind];
     en.pf_io = true;
     pf_reads_ += n_reads;
@@ -412,7 +418,13 @@ bool ExpertProvider::start_load(uint32_t id, bool prefetch, int kind) {
   } else {
     en.waited = true;
     en.t_submit = now_ns();
+    if (dem_reads_ == 0) {  // a new stretch of demand reads: its rate feeds the lookahead budget
+      dem_t0_ = en.t_submit;
+      dem_bytes_ = 0;
+      dem_mixed_ = pf_reads_ > 0;
+    }
     dem_reads_ += n_reads;
+    dem_bytes_ += bytes;
   }
   return true;
 }
@@ -439,8 +451,16 @@ void ExpertProvider::handle(const ReadDone& d) {
   ++st_->reads;
   st_->bytes_read += static_cast<uint64_t>(d.result);
   if (en.pf_io && pf_reads_ > 0) --pf_reads_;
-  if (en.waited && dem_reads_ > 0) --dem_reads_;
+  if (en.waited && dem_reads_ > 0 && --dem_reads_ == 0 && !dem_mixed_ && dem_bytes_ > 0) {
+    // The demand reads alone on the disk: their rate is what a guess would get in a gap.
+    const double r = static_cast<double>(dem_bytes_) / static_cast<double>(std::max<int64_t>(1, now_ns() - dem_t0_));
+    bytes_per_ns_ = bytes_per_ns_ < 0 ? r : 0.75 * bytes_per_ns_ + 0.25 * r;
+  }
   if (--en.reads_left > 0) return;
+  if (en.pf_io) {
+    if (prefetch_inflight_ > 0) --prefetch_inflight_;
+    if (pf_layer_[static_cast<size_t>(layer)] > 0) --pf_layer_[static_cast<size_t>(layer)];
+  }
   en.pf_io = false;
   if (en.waited && en.t_submit) {
     st_->demand_expert_ns += static_cast<uint64_t>(now_ns() - en.t_submit);
@@ -451,28 +471,52 @@ void ExpertProvider::handle(const ReadDone& d) {
       !store_->verify(layer, e, en.buf + en.lead[0], en.buf + en.lead[1], en.buf + en.lead[2]))
     fail("{}: expert {} of layer {}: checksum mismatch (file damaged or changed)", store_->source_path(), e, layer);
   en.st = Entry::Ready;
-  if (en.prefetched && prefetch_inflight_ > 0) --prefetch_inflight_;
 }
 
-bool ExpertProvider::reap(bool block) {
+bool ExpertProvider::reap(bool block, bool pump) {
   ReadDone d;
   bool any = false;
   while (io_->reap(d, block && !any)) {
     any = true;
     handle(d);
   }
-  pump_prefetch();
+  if (pump) pump_prefetch();
   return any;
 }
 
+bool ExpertProvider::pf_earlier_in_flight(int64_t layer) const {
+  for (int64_t l = 0; l < layer && l < static_cast<int64_t>(pf_layer_.size()); ++l)
+    if (pf_layer_[static_cast<size_t>(l)] > 0) return true;
+  return false;
+}
+
 void ExpertProvider::pump_prefetch() {
-  size_t i = 0;
-  while (i < prefetch_queue_.size() && prefetch_inflight_ < opt_.prefetch_inflight) {
-    const Queued q = prefetch_queue_[i++];
-    if (entries_[q.id].st != Entry::Absent) continue;
+  // Demand first (header comment): a read a lease waits for shares the disk with nothing we
+  // could have held back. Measured before this gate (stream-bench, lookahead): 13 prefetch reads
+  // per token went in while demand waited, and stalls grew.
+  if (dem_reads_ > 0) return;
+  std::vector<Queued> keep;
+  for (const Queued& q : prefetch_queue_) {
+    if (entries_[q.id].st != Entry::Absent) continue;  // cached or on its way already
+    // Earliest layer first: a later layer's reads would delay the ones needed sooner.
+    if (prefetch_inflight_ >= opt_.prefetch_inflight || pf_earlier_in_flight(q.layer)) {
+      keep.push_back(q);
+      continue;
+    }
+    const int64_t layer = q.id / static_cast<uint32_t>(layout().n_expert);
+    const double bytes = static_cast<double>(opt_.record_reads ? store_->slot_bytes_record(layer)
+                                                               : store_->slot_bytes_split(layer));
+    // Hash-layer experts are the next layers' demand itself (certain), so only guesses are
+    // budgeted: what does not fit the gap would stand in front of the next demand.
+    const bool budgeted = q.kind == kPrefetchLookahead && opt_.prefetch_budget;
+    if (budgeted && budget_left_ < bytes) {
+      ++st_->pf_dropped[q.kind];
+      continue;
+    }
     if (!start_load(q.id, true, q.kind)) ++st_->pf_dropped[q.kind];
+    else if (budgeted) budget_left_ -= bytes;
   }
-  prefetch_queue_.erase(prefetch_queue_.begin(), prefetch_queue_.begin() + static_cast<ptrdiff_t>(i));
+  prefetch_queue_.swap(keep);
   flush();
 }
 
@@ -522,6 +566,11 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
   if (k <= 0 || routing.size() % static_cast<size_t>(k) != 0)
     fail("internal: routing of {} ids is not a whole number of rows of {}", routing.size(), k);
   ++st_->acquires;
+  if (lease_done_ns_ != 0) {  // the time decode computed since the last lease: the disk's gap
+    const double g = static_cast<double>(now_ns() - lease_done_ns_);
+    gap_ns_ = gap_ns_ < 0 ? g : 0.75 * gap_ns_ + 0.25 * g;
+    lease_done_ns_ = 0;
+  }
   // Guesses for layers decode has reached are stale now.
   std::erase_if(prefetch_queue_, [&](const Queued& q) {
     if (q.layer > layer) return false;
@@ -558,7 +607,7 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     uniq.resize(keep);
   }
   for (int32_t e : uniq) policy_->touch(base + static_cast<uint32_t>(e), ++clock_);
-  reap(false);
+  reap(false, false);  // completions only: no prefetch goes in before this layer's demand
   // Cached experts first (they are computed while the misses load).
   for (auto it = uniq.rbegin(); it != uniq.rend(); ++it) {
     const uint32_t id = base + static_cast<uint32_t>(*it);
@@ -567,9 +616,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     if (en.prefetched) {
       ++st_->pf_useful[en.pf_kind];
       en.prefetched = false;
-      if (en.st == Entry::Loading && prefetch_inflight_ > 0) --prefetch_inflight_;
-      if (en.st == Entry::Loading) {  // its remaining reads are now waited for
+      if (en.st == Entry::Loading) {  // its remaining reads are now waited for (and still on the disk)
         en.waited = true;
+        if (dem_reads_ == 0) dem_bytes_ = 0;
+        dem_mixed_ = true;  // not a clean rate sample
         dem_reads_ += en.reads_left;
       }
     }
@@ -600,6 +650,9 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     st_->demand_behind_prefetch += pf_reads_;
   }
   flush();
+  // The guesses hinted during this layer get what the disk reads in one gap (none measured: no limit).
+  budget_left_ = gap_ns_ >= 0 && bytes_per_ns_ >= 0 ? gap_ns_ * bytes_per_ns_ : 1e300;
+  pump_prefetch();  // gated while this layer's demand is in flight
   return lease;
 }
 
