@@ -508,8 +508,14 @@ void ExpertProvider::pump_prefetch() {
                                                                : store_->slot_bytes_split(layer));
     // Hash-layer experts are the next layers' demand itself (certain), so only guesses are
     // budgeted: what does not fit the gap would stand in front of the next demand.
+    // A guess the gap reads only in part still pays when right (the demand waits for the rest
+    // only) and costs the unread rest when wrong (it stands in front of the demand), so it goes
+    // in when its read share of the gap beats the miss probability: gap >= (1 - p) x bytes, p
+    // the guesses' measured precision (useful / issued, 0.5 before any).
     const bool budgeted = q.kind == kPrefetchLookahead && opt_.prefetch_budget;
-    if (budgeted && budget_left_ < bytes) {
+    const double p = (static_cast<double>(st_->pf_useful[kPrefetchLookahead]) + 1.0) /
+                     (static_cast<double>(st_->pf_issued[kPrefetchLookahead]) + 2.0);
+    if (budgeted && budget_left_ < (1.0 - std::min(p, 1.0)) * bytes) {
       ++st_->pf_dropped[q.kind];
       continue;
     }

@@ -75,7 +75,8 @@ struct ProviderOptions {
   unsigned prefetch_inflight = 8;
   // Lookahead guesses are submitted only as far as the disk can read them in the time decode
   // spends between layers (measured: the gap from a lease's end to the next acquire, times the
-  // demand reads' rate), so a wrong guess never stands in front of the next layer's demand.
+  // demand reads' rate), weighed by their measured precision (provider.cpp pump_prefetch), so a
+  // wrong guess stands in front of the next layer's demand only where a right one pays more.
   bool prefetch_budget = true;
   std::string trace_path;  // routing trace (trace.h); "" = none
 };
