@@ -243,7 +243,7 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
   p->entries_.resize(n_ids);
   p->resident_pos_.assign(n_ids, kNone);
   p->pf_layer_.assign(static_cast<size_t>(L.n_layer), 0);
-  p->io_ = make_io_engine(opt.io, opt.io_depth, opt.io_threads);
+  p->io_ = opt.io_factory ? opt.io_factory() : make_io_engine(opt.io, opt.io_depth, opt.io_threads);
   if (!p->io_) fail("io_uring is unavailable on this machine (use the pread engine)");
   p->st_ = std::make_unique<AtomicStats>();
 

@@ -41,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -79,6 +80,9 @@ struct ProviderOptions {
   // wrong guess stands in front of the next layer's demand only where a right one pays more.
   bool prefetch_budget = true;
   std::string trace_path;  // routing trace (trace.h); "" = none
+  // Tests: the I/O engine to use instead of make_io_engine(io, ...) (e.g. one that records or
+  // delays reads).
+  std::function<std::unique_ptr<IoEngine>()> io_factory;
 };
 
 enum PrefetchKind : int { kPrefetchHash = 0, kPrefetchLookahead = 1 };
@@ -226,7 +230,7 @@ class ExpertProvider {
   std::vector<uint32_t> pf_layer_;  // per layer: prefetched experts whose reads are in flight
   // Lookahead budget (prefetch_budget): EMAs of the time between layers and of the demand read
   // rate (< 0: not measured yet, no limit), and the bytes left for the current gap.
-  double gap_ns_ = -1, bytes_per_ns_ = -1, budget_left_ = 0;
+  double gap_ns_ = -1, bytes_per_ns_ = -1, budget_left_ = 1e300;
   int64_t lease_done_ns_ = 0;            // when the last lease handed out its last expert
   int64_t dem_t0_ = 0;                   // when the demand reads in flight started (dem_reads_ 0 -> >0)
   uint64_t dem_bytes_ = 0;               // bytes those demand reads carry
