@@ -16,6 +16,10 @@ namespace ds4::stream {
 
 namespace {
 constexpr uint32_t kNone = UINT32_MAX;
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 constexpr int kRecordTag = 3;  // ReadOp tag = id * 4 + component, or + 3 for a whole record
 }  // namespace
 
@@ -23,6 +27,9 @@ struct ExpertProvider::Entry {
   enum St : uint8_t { Absent, Loading, Ready };
   St st = Absent;
   bool prefetched = false;  // installed by a prefetch and not selected since
+  bool pf_io = false;       // its reads were submitted as prefetch and are still in flight
+  bool waited = false;      // a lease waits for it (demand load or claimed prefetch), still loading
+  int64_t t_submit = 0;     // steady_clock ns when its demand reads were submitted (demand only)
   uint8_t pf_kind = 0;
   uint8_t reads_left = 0;
   int pins = 0;
@@ -36,6 +43,8 @@ struct ExpertProvider::AtomicStats {
   std::atomic<uint64_t> tokens{0}, acquires{0}, hits{0}, inflight_hits{0}, misses{0};
   std::atomic<uint64_t> pf_issued[2]{}, pf_useful[2]{}, pf_wasted[2]{}, pf_dropped[2]{};
   std::atomic<uint64_t> evictions{0}, reads{0}, bytes_read{0}, stall_ns{0}, cached_bytes{0};
+  std::atomic<uint64_t> demand_batches{0}, demand_behind_prefetch{0}, prefetch_during_demand{0};
+  std::atomic<uint64_t> demand_expert_ns{0}, demand_experts{0};
   std::atomic<uint64_t> gpu_hits{0}, gpu_misses{0}, gpu_evictions{0}, h2d_copies{0}, h2d_bytes{0}, host_unpinned{0};
 };
 
@@ -47,6 +56,12 @@ std::string ProviderStats::describe() const {
       sel, hits, inflight_hits, 100.0 * hit_rate(), misses, evictions, reads, bytes_read / 1048576.0,
       tokens ? bytes_read / 1048576.0 / static_cast<double>(tokens) : 0.0, stall_ns / 1e6,
       tokens ? stall_ns / 1e6 / static_cast<double>(tokens) : 0.0);
+  if (demand_batches)
+    s += fmt::format(
+        "demand vs prefetch: {} demand batches with {:.2f} prefetch reads in flight each; {} prefetch reads "
+        "submitted while demand was in flight; demand load {:.2f} ms per expert\n",
+        demand_batches, static_cast<double>(demand_behind_prefetch) / static_cast<double>(demand_batches),
+        prefetch_during_demand, demand_experts ? demand_expert_ns / 1e6 / static_cast<double>(demand_experts) : 0.0);
   const char* names[2] = {"hash", "lookahead"};
   for (int k = 0; k < 2; ++k)
     s += fmt::format("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", names[k], prefetch_issued[k],
@@ -100,7 +115,7 @@ uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
 ExpertLease::ExpertLease(ExpertLease&& o) noexcept
     : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
       deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), current_(o.current_),
-      current_dev_(o.current_dev_), serial_(o.serial_), out_(o.out_) {
+      current_dev_(o.current_dev_), serial_(o.serial_), done_(o.done_), out_(o.out_) {
   o.p_ = nullptr;
 }
 
@@ -170,7 +185,11 @@ const ExpertLease::Expert* ExpertLease::next() {
       }
       return &out_;
     }
-    if (waiting_.empty() && deferred_.empty()) return nullptr;
+    if (waiting_.empty() && deferred_.empty()) {
+      if (!done_) p.lease_done_ns_ = now_ns();  // decode computes until the next acquire
+      done_ = true;
+      return nullptr;
+    }
     if (p.io_->in_flight() == 0 && waiting_.empty()) {
       // Host slots held for copies to the device free up once those copies have run.
       if (p.dev_ && p.release_pending(true)) continue;
@@ -223,7 +242,8 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
   p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens);
   p->entries_.resize(n_ids);
   p->resident_pos_.assign(n_ids, kNone);
-  p->io_ = make_io_engine(opt.io, opt.io_depth, opt.io_threads);
+  p->pf_layer_.assign(static_cast<size_t>(L.n_layer), 0);
+  p->io_ = opt.io_factory ? opt.io_factory() : make_io_engine(opt.io, opt.io_depth, opt.io_threads);
   if (!p->io_) fail("io_uring is unavailable on this machine (use the pread engine)");
   p->st_ = std::make_unique<AtomicStats>();
 
@@ -387,9 +407,24 @@ bool ExpertProvider::start_load(uint32_t id, bool prefetch, int kind) {
   resident_pos_[id] = static_cast<uint32_t>(resident_.size());
   resident_.push_back(id);
   st_->cached_bytes += bytes;
+  const unsigned n_reads = en.reads_left;
   if (prefetch) {
     ++prefetch_inflight_;
+    ++pf_layer_[static_cast<size_t>(layer)];
     ++st_->pf_issued[kind];
+    en.pf_io = true;
+    pf_reads_ += n_reads;
+    if (dem_reads_ > 0) st_->prefetch_during_demand += n_reads;
+  } else {
+    en.waited = true;
+    en.t_submit = now_ns();
+    if (dem_reads_ == 0) {  // a new stretch of demand reads: its rate feeds the lookahead budget
+      dem_t0_ = en.t_submit;
+      dem_bytes_ = 0;
+      dem_mixed_ = pf_reads_ > 0;
+    }
+    dem_reads_ += n_reads;
+    dem_bytes_ += bytes;
   }
   return true;
 }
@@ -415,33 +450,79 @@ void ExpertProvider::handle(const ReadDone& d) {
          e, layer, r.offset, d.result, r.need);
   ++st_->reads;
   st_->bytes_read += static_cast<uint64_t>(d.result);
+  if (en.pf_io && pf_reads_ > 0) --pf_reads_;
+  if (en.waited && dem_reads_ > 0 && --dem_reads_ == 0 && !dem_mixed_ && dem_bytes_ > 0) {
+    // The demand reads alone on the disk: their rate is what a guess would get in a gap.
+    const double r = static_cast<double>(dem_bytes_) / static_cast<double>(std::max<int64_t>(1, now_ns() - dem_t0_));
+    bytes_per_ns_ = bytes_per_ns_ < 0 ? r : 0.75 * bytes_per_ns_ + 0.25 * r;
+  }
   if (--en.reads_left > 0) return;
+  if (en.pf_io) {
+    if (prefetch_inflight_ > 0) --prefetch_inflight_;
+    if (pf_layer_[static_cast<size_t>(layer)] > 0) --pf_layer_[static_cast<size_t>(layer)];
+  }
+  en.pf_io = false;
+  if (en.waited && en.t_submit) {
+    st_->demand_expert_ns += static_cast<uint64_t>(now_ns() - en.t_submit);
+    ++st_->demand_experts;
+  }
+  en.waited = false;
   if (opt_.store.verify_reads &&
       !store_->verify(layer, e, en.buf + en.lead[0], en.buf + en.lead[1], en.buf + en.lead[2]))
     fail("{}: expert {} of layer {}: checksum mismatch (file damaged or changed)", store_->source_path(), e, layer);
   en.st = Entry::Ready;
-  if (en.prefetched && prefetch_inflight_ > 0) --prefetch_inflight_;
 }
 
-bool ExpertProvider::reap(bool block) {
+bool ExpertProvider::reap(bool block, bool pump) {
   ReadDone d;
   bool any = false;
   while (io_->reap(d, block && !any)) {
     any = true;
     handle(d);
   }
-  pump_prefetch();
+  if (pump) pump_prefetch();
   return any;
 }
 
+bool ExpertProvider::pf_earlier_in_flight(int64_t layer) const {
+  for (int64_t l = 0; l < layer && l < static_cast<int64_t>(pf_layer_.size()); ++l)
+    if (pf_layer_[static_cast<size_t>(l)] > 0) return true;
+  return false;
+}
+
 void ExpertProvider::pump_prefetch() {
-  size_t i = 0;
-  while (i < prefetch_queue_.size() && prefetch_inflight_ < opt_.prefetch_inflight) {
-    const Queued q = prefetch_queue_[i++];
-    if (entries_[q.id].st != Entry::Absent) continue;
+  // Demand first (header comment): a read a lease waits for shares the disk with nothing we
+  // could have held back. Measured before this gate (stream-bench, lookahead): 13 prefetch reads
+  // per token went in while demand waited, and stalls grew.
+  if (dem_reads_ > 0) return;
+  std::vector<Queued> keep;
+  for (const Queued& q : prefetch_queue_) {
+    if (entries_[q.id].st != Entry::Absent) continue;  // cached or on its way already
+    // Earliest layer first: a later layer's reads would delay the ones needed sooner.
+    if (prefetch_inflight_ >= opt_.prefetch_inflight || pf_earlier_in_flight(q.layer)) {
+      keep.push_back(q);
+      continue;
+    }
+    const int64_t layer = q.id / static_cast<uint32_t>(layout().n_expert);
+    const double bytes = static_cast<double>(opt_.record_reads ? store_->slot_bytes_record(layer)
+                                                               : store_->slot_bytes_split(layer));
+    // Hash-layer experts are the next layers' demand itself (certain), so only guesses are
+    // budgeted: what does not fit the gap would stand in front of the next demand.
+    // A guess the gap reads only in part still pays when right (the demand waits for the rest
+    // only) and costs the unread rest when wrong (it stands in front of the demand), so it goes
+    // in when its read share of the gap beats the miss probability: gap >= (1 - p) x bytes, p
+    // the guesses' measured precision (useful / issued, 0.5 before any).
+    const bool budgeted = q.kind == kPrefetchLookahead && opt_.prefetch_budget;
+    const double p = (static_cast<double>(st_->pf_useful[kPrefetchLookahead]) + 1.0) /
+                     (static_cast<double>(st_->pf_issued[kPrefetchLookahead]) + 2.0);
+    if (budgeted && budget_left_ < (1.0 - std::min(p, 1.0)) * bytes) {
+      ++st_->pf_dropped[q.kind];
+      continue;
+    }
     if (!start_load(q.id, true, q.kind)) ++st_->pf_dropped[q.kind];
+    else if (budgeted) budget_left_ -= bytes;
   }
-  prefetch_queue_.erase(prefetch_queue_.begin(), prefetch_queue_.begin() + static_cast<ptrdiff_t>(i));
+  prefetch_queue_.swap(keep);
   flush();
 }
 
@@ -491,6 +572,11 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
   if (k <= 0 || routing.size() % static_cast<size_t>(k) != 0)
     fail("internal: routing of {} ids is not a whole number of rows of {}", routing.size(), k);
   ++st_->acquires;
+  if (lease_done_ns_ != 0) {  // the time decode computed since the last lease: the disk's gap
+    const double g = static_cast<double>(now_ns() - lease_done_ns_);
+    gap_ns_ = gap_ns_ < 0 ? g : 0.75 * gap_ns_ + 0.25 * g;
+    lease_done_ns_ = 0;
+  }
   // Guesses for layers decode has reached are stale now.
   std::erase_if(prefetch_queue_, [&](const Queued& q) {
     if (q.layer > layer) return false;
@@ -527,7 +613,7 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     uniq.resize(keep);
   }
   for (int32_t e : uniq) policy_->touch(base + static_cast<uint32_t>(e), ++clock_);
-  reap(false);
+  reap(false, false);  // completions only: no prefetch goes in before this layer's demand
   // Cached experts first (they are computed while the misses load).
   for (auto it = uniq.rbegin(); it != uniq.rend(); ++it) {
     const uint32_t id = base + static_cast<uint32_t>(*it);
@@ -536,7 +622,12 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     if (en.prefetched) {
       ++st_->pf_useful[en.pf_kind];
       en.prefetched = false;
-      if (en.st == Entry::Loading && prefetch_inflight_ > 0) --prefetch_inflight_;
+      if (en.st == Entry::Loading) {  // its remaining reads are now waited for (and still on the disk)
+        en.waited = true;
+        if (dem_reads_ == 0) dem_bytes_ = 0;
+        dem_mixed_ = true;  // not a clean rate sample
+        dem_reads_ += en.reads_left;
+      }
     }
     ++en.pins;
     if (en.st == Entry::Ready) {
@@ -560,7 +651,14 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
       lease.deferred_.push_back(id);
     }
   }
+  if (!batch_.empty()) {
+    ++st_->demand_batches;
+    st_->demand_behind_prefetch += pf_reads_;
+  }
   flush();
+  // The guesses hinted during this layer get what the disk reads in one gap (none measured: no limit).
+  budget_left_ = gap_ns_ >= 0 && bytes_per_ns_ >= 0 ? gap_ns_ * bytes_per_ns_ : 1e300;
+  pump_prefetch();  // gated while this layer's demand is in flight
   return lease;
 }
 
@@ -574,6 +672,9 @@ ProviderStats ExpertProvider::stats() const {
     s.prefetch_wasted[k] = a.pf_wasted[k], s.prefetch_dropped[k] = a.pf_dropped[k];
   }
   s.evictions = a.evictions, s.reads = a.reads, s.bytes_read = a.bytes_read, s.stall_ns = a.stall_ns;
+  s.demand_batches = a.demand_batches, s.demand_behind_prefetch = a.demand_behind_prefetch;
+  s.prefetch_during_demand = a.prefetch_during_demand;
+  s.demand_expert_ns = a.demand_expert_ns, s.demand_experts = a.demand_experts;
   s.budget_bytes = pool_->budget();
   s.cached_bytes = a.cached_bytes;
   s.gpu_hits = a.gpu_hits, s.gpu_misses = a.gpu_misses, s.gpu_evictions = a.gpu_evictions;

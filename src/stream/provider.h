@@ -22,7 +22,11 @@
 //              their layer;
 //   protect    prefetched experts are not evicted for `protect_tokens` tokens unless nothing
 //              else can go.
-// Prefetch reads use at most `prefetch_inflight` of the queue; demand reads go first.
+// Demand reads go first: the disk serves every read in flight in parallel, and an io_uring
+// read cannot be taken back, so prefetch reads are submitted only while no read a lease waits
+// for is in flight, earliest layer first (not while prefetch reads of an earlier layer are in
+// flight), at most `prefetch_inflight` experts at a time, and lookahead guesses only within
+// the budget of `prefetch_budget`.
 //
 // Device tier (device_tier.h), optional: attach_device() puts a cache of experts in device
 // memory above the host cache. Then acquire() looks there first: its hits are handed out first,
@@ -37,6 +41,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -69,7 +74,15 @@ struct ProviderOptions {
   bool protect = true;
   int protect_tokens = 2;
   unsigned prefetch_inflight = 8;
+  // Lookahead guesses are submitted only as far as the disk can read them in the time decode
+  // spends between layers (measured: the gap from a lease's end to the next acquire, times the
+  // demand reads' rate), weighed by their measured precision (provider.cpp pump_prefetch), so a
+  // wrong guess stands in front of the next layer's demand only where a right one pays more.
+  bool prefetch_budget = true;
   std::string trace_path;  // routing trace (trace.h); "" = none
+  // Tests: the I/O engine to use instead of make_io_engine(io, ...) (e.g. one that records or
+  // delays reads).
+  std::function<std::unique_ptr<IoEngine>()> io_factory;
 };
 
 enum PrefetchKind : int { kPrefetchHash = 0, kPrefetchLookahead = 1 };
@@ -83,11 +96,18 @@ struct ProviderStats {
   uint64_t prefetch_issued[2] = {0, 0};
   uint64_t prefetch_useful[2] = {0, 0};   // prefetched, then selected before eviction
   uint64_t prefetch_wasted[2] = {0, 0};   // prefetched, evicted unused
-  uint64_t prefetch_dropped[2] = {0, 0};  // queued guesses dropped (layer passed, no room)
+  uint64_t prefetch_dropped[2] = {0, 0};  // queued guesses dropped (layer passed, no room, no budget)
   uint64_t evictions = 0;
   uint64_t reads = 0;
   uint64_t bytes_read = 0;
   uint64_t stall_ns = 0;  // time next() waited for reads
+  // Demand against prefetch on the disk (the disk serves what is in flight in parallel, so a
+  // prefetch read in flight when demand is submitted takes bandwidth from that demand).
+  uint64_t demand_batches = 0;        // acquire()s that submitted demand reads
+  uint64_t demand_behind_prefetch = 0;  // prefetch reads in flight at those submissions (sum)
+  uint64_t prefetch_during_demand = 0;  // prefetch reads submitted while demand reads were in flight
+  uint64_t demand_expert_ns = 0;      // demand loads: submission to last byte (sum), see demand_experts
+  uint64_t demand_experts = 0;
   uint64_t budget_bytes = 0;
   uint64_t cached_bytes = 0;
   // Device tier (all 0 without one). gpu_misses = selections the host tier then served.
@@ -136,6 +156,7 @@ class ExpertLease {
   uint32_t current_ = UINT32_MAX;                     // host entry handed out last
   uint32_t current_dev_ = UINT32_MAX;                 // device entry handed out last
   uint64_t serial_ = 0;                               // the device tier's lease number
+  bool done_ = false;                                 // next() returned nullptr once
   Expert out_;
 };
 
@@ -179,7 +200,8 @@ class ExpertProvider {
   void handle(const ReadDone& d);
   void flush();
   void pump_prefetch();
-  bool reap(bool block);
+  bool reap(bool block, bool pump = true);
+  bool pf_earlier_in_flight(int64_t layer) const;
   void unpin(uint32_t id);
   WeightView view(uint32_t id, int c) const;
   WeightView dev_view(uint32_t id, int c) const;
@@ -202,6 +224,17 @@ class ExpertProvider {
   };
   std::vector<Queued> prefetch_queue_;
   unsigned prefetch_inflight_ = 0;
+  // Reads in the I/O engine: those submitted as prefetch, and those a lease waits for (demand
+  // loads and prefetches that acquire() claimed while still loading).
+  uint64_t pf_reads_ = 0, dem_reads_ = 0;
+  std::vector<uint32_t> pf_layer_;  // per layer: prefetched experts whose reads are in flight
+  // Lookahead budget (prefetch_budget): EMAs of the time between layers and of the demand read
+  // rate (< 0: not measured yet, no limit), and the bytes left for the current gap.
+  double gap_ns_ = -1, bytes_per_ns_ = -1, budget_left_ = 1e300;
+  int64_t lease_done_ns_ = 0;            // when the last lease handed out its last expert
+  int64_t dem_t0_ = 0;                   // when the demand reads in flight started (dem_reads_ 0 -> >0)
+  uint64_t dem_bytes_ = 0;               // bytes those demand reads carry
+  bool dem_mixed_ = false;               // prefetch reads shared the disk with them: no sample
   std::vector<std::vector<int32_t>> tid2eid_;  // hash layers: [vocab][k]
   int64_t hash_k_ = 0;
   uint64_t clock_ = 0, tokens_ = 0;

@@ -142,12 +142,13 @@ int cmd_stream_bench(int argc, char** argv) {
           for (const auto& q : t.records)
             if (q.pos == pos && !q.hint && q.layer < t.header.n_hash_layers) prov->hint(q.layer, q.experts, kPrefetchHash);
       }
-      if (r.hint) {
-        prov->hint(r.layer, r.experts, kPrefetchLookahead);
-        continue;
-      }
+      if (r.hint) continue;  // sent right after the acquire of the layer before (below)
       const uint64_t m0 = prov->stats().misses;
       ExpertLease lease = prov->acquire(r.layer, r.experts, static_cast<int64_t>(r.experts.size()));
+      // The engine hints layer L+1's guesses right after acquiring layer L (streamed_experts.cpp),
+      // so they can use layer L's compute; the trace records them after layer L's routing.
+      if (&r + 1 != t.records.data() + t.records.size() && (&r + 1)->hint && (&r + 1)->pos == pos)
+        prov->hint((&r + 1)->layer, (&r + 1)->experts, kPrefetchLookahead);
       while (lease.next()) {
       }
       if (pos >= warmup) layer_miss[static_cast<size_t>(r.layer)] += prov->stats().misses - m0;
@@ -174,10 +175,28 @@ int cmd_stream_bench(int argc, char** argv) {
                secs, timed / secs, bytes / 1e9, bytes / 1e9 / secs, bytes / 1e6 / timed,
                100.0 * d(s.hits + s.inflight_hits, at_start.hits + at_start.inflight_hits) / sel,
                d(s.stall_ns, at_start.stall_ns) / 1e6 / timed);
+    const double db = d(s.demand_batches, at_start.demand_batches);
+    const double de = d(s.demand_experts, at_start.demand_experts);
+    fmt::print("demand vs prefetch: {:.2f} prefetch reads in flight per demand batch ({:.0f} batches), {:.1f} prefetch "
+               "reads per token submitted while demand was in flight, demand load {:.2f} ms per expert\n",
+               db ? d(s.demand_behind_prefetch, at_start.demand_behind_prefetch) / db : 0.0, db,
+               d(s.prefetch_during_demand, at_start.prefetch_during_demand) / timed,
+               de ? d(s.demand_expert_ns, at_start.demand_expert_ns) / 1e6 / de : 0.0);
     for (int kk = 0; kk < 2; ++kk)
       fmt::print("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", kk ? "lookahead" : "hash",
                  s.prefetch_issued[kk] - at_start.prefetch_issued[kk], s.prefetch_useful[kk] - at_start.prefetch_useful[kk],
                  s.prefetch_wasted[kk] - at_start.prefetch_wasted[kk], s.prefetch_dropped[kk] - at_start.prefetch_dropped[kk]);
+    {
+      double useful = 0, wasted = 0;
+      for (int kk = 0; kk < 2; ++kk) {
+        useful += d(s.prefetch_useful[kk], at_start.prefetch_useful[kk]);
+        wasted += d(s.prefetch_wasted[kk], at_start.prefetch_wasted[kk]);
+      }
+      const double miss = d(s.misses, at_start.misses);
+      // Coverage as the GPU evidence script counts it: demand reads a prefetch took over.
+      fmt::print("prefetch coverage {:.3f}, wasted per useful {:.3f}\n", useful + miss > 0 ? useful / (useful + miss) : 0.0,
+                 useful > 0 ? wasted / useful : 0.0);
+    }
     std::string pl = "misses per token by layer:";
     for (uint64_t m : layer_miss) pl += fmt::format(" {:.1f}", static_cast<double>(m) / timed);
     fmt::print("{}\n", pl);
