@@ -3,6 +3,7 @@
 #include "compute/cuda/attention_tiled.h"
 
 #include <cstdint>
+#include <type_traits>
 
 #include "compute/cuda/attn_rows.cuh"
 #include "compute/cuda/cuda_async.cuh"
@@ -197,7 +198,7 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 // ---- softmax and weighted rows of one query, fused --------------------------------------------------
 // Block = kFHeads heads x kFDims dims; thread = one dim of kFHpt heads (warp w: heads 2w, 2w+1).
 // The block first takes its heads' maxima (m = max(sink, s_k), the softmax kernel's reduction),
-// then walks the rows in stages of kFStage, double-buffered: thread t copies row t's kFDims
+// then walks the rows in stages of kFStage, kBuf deep (below): thread t copies row t's kFDims
 // floats into shared memory with cp.async (so a stage's loads are all in flight at once) and
 // writes e = exp(s - m) for its row and the block's heads. Each thread then runs, in row order,
 // o = 0 + e_0 v_0 + e_1 v_1 + ... and den = exp(sink - m) + e_0 + e_1 + ..., and stores
@@ -366,15 +367,16 @@ void attn_softmax_out(const float* S, const float* sinks, int64_t n_heads, int64
                       float* out, int* err, unsigned n_queries, cudaStream_t s) {
   static const int bufs = env_int("DS4_CUDA_ATTN1_BUFS", 4, 2, 4) >= 4 ? 4 : 2;
   const dim3 grid(grid_for(head_dim, kFDims), grid_for(n_heads, kFHeads), n_queries);
-  auto run = [&](auto kernel, int nbuf) {
-    const size_t smem = static_cast<size_t>(nbuf) * kFStage * (kFDims + kFHeads) * sizeof(float);
-    gemv_detail::allow_smem(reinterpret_cast<const void*>(kernel), smem, "attention softmax + rows");
-    launch(kernel, grid, kFThreads, smem, s, S, sinks, n_heads, head_dim, kv, out, err);
+  auto run = [&](auto nbuf) {
+    constexpr int kBuf = decltype(nbuf)::value;
+    const size_t smem = static_cast<size_t>(kBuf) * kFStage * (kFDims + kFHeads) * sizeof(float);
+    gemv_detail::allow_smem(reinterpret_cast<const void*>(k_attn_softmax_out<kBuf>), smem, "attention softmax + rows");
+    launch(k_attn_softmax_out<kBuf>, grid, kFThreads, smem, s, S, sinks, n_heads, head_dim, kv, out, err);
   };
   if (bufs == 4)
-    run(k_attn_softmax_out<4>, 4);
+    run(std::integral_constant<int, 4>{});
   else
-    run(k_attn_softmax_out<2>, 2);
+    run(std::integral_constant<int, 2>{});
 }
 
 void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t head_dim, const AttnRows& kv,
