@@ -497,8 +497,17 @@ __device__ __forceinline__ void row_dot(const uint8_t* row, int64_t n_in, const 
 // Entries 256..383 (kIq2SignMasks) are the sign masks of the 128 7-bit sign codes: code s with
 // its parity bit (FmtIQ2_XXS::signs8) as 8 bytes, 0xff where the weight is negative, so a
 // warp kernel replaces the parity and the two sign_mask4 by one load (L1-resident, as the grid).
+// Entries 384.. hold two 32-bit tables for the byte-permute decode (WarpIQ2_XXSNib): from word
+// 2*kIq2GridNib, 256 grid points as 8 nibbles (nibble k = magnitude index of byte k: 0x08 -> 0,
+// 0x19 -> 1, 0x2b -> 2), then from word 2*kIq2SignNib the 128 sign codes as bit 2 of each
+// nibble, so (grid | sign) selects byte k's signed value from kIq2Values by one PRMT per 4.
 constexpr int kIq2SignMasks = 256;
-static __device__ uint2 c_iq2xxs_grid[256 + 128];
+constexpr int kIq2GridNib = 384;   // 128 uint2 = 256 words
+constexpr int kIq2SignNib = 512;   // 64 uint2 = 128 words
+constexpr int kIq2TableEntries = 576;
+constexpr uint32_t kIq2ValuesLo = 0x002b1908u;  // bytes 0..3: 8, 25, 43, 0
+constexpr uint32_t kIq2ValuesHi = 0x00d5e7f8u;  // bytes 4..7: -8, -25, -43, 0
+static __device__ uint2 c_iq2xxs_grid[kIq2TableEntries];
 
 // Once per device per translation unit (the copy is per context).
 static inline void upload_iq2_grid() {
@@ -509,15 +518,29 @@ static inline void upload_iq2_grid() {
   if (dev < 0 || dev >= 64) fail("CUDA gemv: device index {} out of range", dev);
   std::lock_guard<std::mutex> lock(mu);
   if (done[dev]) return;
-  uint2 host[256 + 128];
-  for (int i = 0; i < 256; ++i)
+  uint2 host[kIq2TableEntries] = {};
+  uint32_t* words = reinterpret_cast<uint32_t*>(host);
+  for (int i = 0; i < 256; ++i) {
     host[i] = make_uint2(static_cast<uint32_t>(quant::iq2xxs_grid[i]), static_cast<uint32_t>(quant::iq2xxs_grid[i] >> 32));
+    uint32_t nib = 0;
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t b = static_cast<uint32_t>(quant::iq2xxs_grid[i] >> (8 * k)) & 0xffu;
+      const uint32_t code = b == 0x08u ? 0u : b == 0x19u ? 1u : b == 0x2bu ? 2u : 3u;
+      if (code == 3u) fail("CUDA gemv: IQ2_XXS grid point {} byte {} is {}, not 8/25/43", i, k, b);
+      nib |= code << (4 * k);
+    }
+    words[2 * kIq2GridNib + i] = nib;
+  }
   for (uint32_t c = 0; c < 128; ++c) {
     const uint32_t s8 = c | ((static_cast<uint32_t>(__builtin_popcount(c)) & 1u) << 7);
     uint32_t m[2] = {0, 0};
     for (int j = 0; j < 8; ++j)
       if ((s8 >> j) & 1u) m[j / 4] |= 0xffu << (8 * (j % 4));
     host[kIq2SignMasks + c] = make_uint2(m[0], m[1]);
+    uint32_t sn = 0;
+    for (int j = 0; j < 8; ++j)
+      if ((s8 >> j) & 1u) sn |= 4u << (4 * j);
+    words[2 * kIq2SignNib + c] = sn;
   }
   if (cudaError_t e = cudaMemcpyToSymbol(c_iq2xxs_grid, host, sizeof host); e != cudaSuccess)
     fail("CUDA gemv: uploading the IQ2_XXS grid: {}", cudaGetErrorString(e));

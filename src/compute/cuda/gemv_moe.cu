@@ -487,10 +487,22 @@ __global__ void __launch_bounds__(32 * kDnMaxSlots)
   }
 }
 
+// IQ2_XXS gate/up rows decoded by byte permutes (WarpIQ2_XXSNib); DS4_CUDA_IQ2_NIB=0 for the
+// grid + sign-mask loads (WarpIQ2_XXS).
+bool iq2_nib() {
+  static const bool on = env_switch("DS4_CUDA_IQ2_NIB", false);
+  return on;
+}
+
 template <class Fn>
 bool with_warp_format(GgmlType type, Fn&& fn) {
   switch (type) {
-    case GgmlType::IQ2_XXS: fn(WarpIQ2_XXS{}); return true;
+    case GgmlType::IQ2_XXS:
+      if (iq2_nib())
+        fn(WarpIQ2_XXSNib{});
+      else
+        fn(WarpIQ2_XXS{});
+      return true;
     case GgmlType::Q2_K: fn(WarpQ2_K{}); return true;
     default: return false;
   }
@@ -558,11 +570,18 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
           check_launch("moe_experts gate/up + swiglu (warp row pairs)");
         }
       };
-      const bool smem_grid = std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid();
-      if (moe_gu_rows() == 2)
-        smem_grid ? run(k_wmoe_gate_up_pair<W, true, 2>, 2) : run(k_wmoe_gate_up_pair<W, false, 2>, 2);
-      else
-        smem_grid ? run(k_wmoe_gate_up_pair<W, true, 1>, 1) : run(k_wmoe_gate_up_pair<W, false, 1>, 1);
+      if constexpr (std::is_same_v<W, WarpIQ2_XXSNib>) {  // global tables only
+        if (moe_gu_rows() == 2)
+          run(k_wmoe_gate_up_pair<W, false, 2>, 2);
+        else
+          run(k_wmoe_gate_up_pair<W, false, 1>, 1);
+      } else {
+        const bool smem_grid = std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid();
+        if (moe_gu_rows() == 2)
+          smem_grid ? run(k_wmoe_gate_up_pair<W, true, 2>, 2) : run(k_wmoe_gate_up_pair<W, false, 2>, 2);
+        else
+          smem_grid ? run(k_wmoe_gate_up_pair<W, true, 1>, 1) : run(k_wmoe_gate_up_pair<W, false, 1>, 1);
+      }
     });
   } else {
     Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
@@ -574,7 +593,10 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
       const unsigned gx = static_cast<unsigned>((n_ff + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
       for (int64_t p0 = 0; p0 < pairs; p0 += kMaxY) {
         const dim3 g(gx, static_cast<unsigned>(pairs - p0 < kMaxY ? pairs - p0 : kMaxY), 2);
-        if (std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid())
+        if constexpr (std::is_same_v<W, WarpIQ2_XXSNib>)
+          launch(k_wmoe_gate_up<W, false>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up),
+                 n_embd, n_ff, gate.n_expert, aq, experts, k, p0, gu, grid);
+        else if (std::is_same_v<W, WarpIQ2_XXS> && moe_smem_grid())
           launch(k_wmoe_gate_up<W, true>, g, 32 * kWarpRowsPerBlock, 0, stream, expert_args(gate), expert_args(up),
                  n_embd, n_ff, gate.n_expert, aq, experts, k, p0, gu, grid);
         else

@@ -65,6 +65,33 @@ struct WarpIQ2_XXS {
   }
 };
 
+// IQ2_XXS by byte permutes (DS4_CUDA_IQ2_NIB): a group's 8 weights as one grid word of 8
+// nibbles (magnitude index) OR its sign word (bit 2 of each nibble), and two PRMTs select the
+// signed bytes from kIq2Values: 2 table loads of 4 bytes (8 + 4 L1 lines) per 8 weights instead
+// of 2 of 8 bytes (16 + 8 lines; the kernel is bound by the L1's wavefronts), one dp4a per 4
+// weights instead of two. The same integer sum, so the same term. Global tables only.
+struct WarpIQ2_XXSNib : WarpIQ2_XXS {
+  template <bool kSmemGrid = false>
+  __device__ static void sums(const Raw& r, const int8_t* aq, const int16_t*, int j, const uint2* grid, int& i0,
+                              int& i1) {
+    static_assert(!kSmemGrid, "the nibble tables are read from global memory");
+    const int ls = 2 * static_cast<int>(r.aux1 >> 28) + 1;
+    const int4 v0 = ld4(aq + 32 * j), v1 = ld4(aq + 32 * j + 16);
+    const int av[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    const uint32_t* gn = reinterpret_cast<const uint32_t*>(grid + kIq2GridNib);
+    const uint32_t* sn = reinterpret_cast<const uint32_t*>(grid + kIq2SignNib);
+    int s = 0;
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const uint32_t sel = __ldg(gn + byte_of(r.aux0, l)) | __ldg(sn + ((r.aux1 >> (7 * l)) & 127u));
+      s = dp4a(static_cast<int>(__byte_perm(kIq2ValuesLo, kIq2ValuesHi, sel)), av[2 * l], s);
+      s = dp4a(static_cast<int>(__byte_perm(kIq2ValuesLo, kIq2ValuesHi, sel >> 16)), av[2 * l + 1], s);
+    }
+    i0 = s * ls;
+    i1 = 0;
+  }
+};
+
 // Q2_K: 16 groups of 16 weights per block; term (d_act*d)*isum - (d_act*dmin)*summs, 8 partials.
 // Group g = 8h + 2s + half reads q bytes [32h + 16half, +16) at shift 2s, so groups g and g+2
 // share their bytes: lane j (of 8) takes the pair s = 2t, 2t+1 (h = j/4, t = j/2 % 2, half = j%2)
