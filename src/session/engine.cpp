@@ -203,7 +203,9 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
   cr.mode = stream::parse_expert_compute(o.expert_host_compute);
   if (!o.expert_host_compute_rates.empty()) stream::parse_expert_compute_rates(o.expert_host_compute_rates, cr);
   std::optional<stream::ExpertComputePlan> compute_plan;
-  if (compute::backend_is_shared(o.backend) && file.find_tensor(stream::expert_tensor_name(0, 0))) {
+  // (A file pruned per layer never streams: its layout is not one the store can describe.)
+  if (compute::backend_is_shared(o.backend) && !dims.experts_pruned &&
+      file.find_tensor(stream::expert_tensor_name(0, 0))) {
     cr.expert_bytes = stream::ExpertLayout::from_gguf(file).max_expert_bytes();
     compute_plan = stream::plan_expert_compute(cr);
     sr.host_compute = compute_plan->host_compute;
