@@ -119,7 +119,8 @@ uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
 
 ExpertLease::ExpertLease(ExpertLease&& o) noexcept
     : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
-      deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), current_(o.current_),
+      deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), rows_(std::move(o.rows_)),
+      current_(o.current_),
       current_dev_(o.current_dev_), serial_(o.serial_), done_(o.done_), out_(o.out_) {
   o.p_ = nullptr;
 }
@@ -179,8 +180,10 @@ const ExpertLease::Expert* ExpertLease::next() {
       ready_.pop_back();
       out_.id = static_cast<int32_t>(current_ % E);
       // host_compute: a full device tier is not evicted for it; the expert is computed where
-      // it sits (header comment), and stays pinned (current_) until the next next().
-      const bool copy = p.dev_ && (!p.opt_.host_compute || p.dev_->has_free_slot());
+      // it sits (header comment), and stays pinned (current_) until the next next(). An expert
+      // of many rows is copied as without host compute.
+      const bool many_rows = !rows_.empty() && rows_[current_ % E] > p.opt_.host_compute_max_rows;
+      const bool copy = p.dev_ && (!p.opt_.host_compute || p.dev_->has_free_slot() || many_rows);
       out_.host = !copy;
       if (p.opt_.host_compute && !copy) {
         ++p.st_->host_computed;
@@ -616,6 +619,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     // Device tier first: its hits never reach the host tier, which gets the rest.
     release_pending(false);
     lease.serial_ = dev_->begin_lease();
+    if (opt_.host_compute) {
+      lease.rows_.assign(static_cast<size_t>(L.n_expert), 0);
+      for (int32_t e : routing) ++lease.rows_[static_cast<size_t>(e)];
+    }
     size_t keep = 0;
     for (int32_t e : uniq) {
       const uint32_t id = base + static_cast<uint32_t>(e);

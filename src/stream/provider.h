@@ -42,8 +42,10 @@
 // views with Expert::host set, and the caller runs it on a host backend (model/common/
 // streamed_experts.cpp). The device tier still fills while it has free slots (a copy into a
 // free slot evicts nothing and every later hit saves the CPU the work); once it is full, misses
-// are computed on the host and nothing is evicted from it. Without a device tier every expert
-// is a host view anyway; host_compute only marks and counts them.
+// are computed on the host and nothing is evicted from it, except for an expert that more than
+// `host_compute_max_rows` of the layer's tokens use (prefill): the CPU's work grows with its
+// rows and a copy's does not, so that one is copied as without host compute. Without a device
+// tier every expert is a host view anyway; host_compute only marks and counts them.
 //
 // One thread at a time (the evaluation thread); stats() may be called from any thread.
 #include <array>
@@ -91,6 +93,11 @@ struct ProviderOptions {
   // Device-tier misses are computed where they sit in host memory instead of copied into a
   // device slot (header comment; the planner's choose_host_compute decides it for --expert-host-compute auto).
   bool host_compute = false;
+  // ... for experts with at most this many rows (tokens routed to them in one acquire); more
+  // are copied. Decode has one row per expert. The default is a guess, not measured: up to a
+  // few rows the CPU's time is mostly reading the weights, which is what the planner's rule
+  // compares with the link; beyond, the CPU's arithmetic grows with the rows.
+  int64_t host_compute_max_rows = 4;
   std::string trace_path;  // routing trace (trace.h); "" = none
   // Tests: the I/O engine to use instead of make_io_engine(io, ...) (e.g. one that records or
   // delays reads).
@@ -176,6 +183,7 @@ class ExpertLease {
   int64_t layer_;
   std::vector<uint32_t> ready_, waiting_, deferred_;  // entry ids
   std::vector<uint32_t> dev_ready_;                   // device-tier hits, pinned there
+  std::vector<uint32_t> rows_;                        // host_compute: per expert of the layer, its rows
   uint32_t current_ = UINT32_MAX;                     // host entry handed out last
   uint32_t current_dev_ = UINT32_MAX;                 // device entry handed out last
   uint64_t serial_ = 0;                               // the device tier's lease number

@@ -15,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -88,6 +89,7 @@ Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, in
     o.policy = policy;
     o.store.packed_path = "-";
     o.host_compute = host_compute;
+    o.host_compute_max_rows = INT64_MAX;  // the prefill's experts too: the host path for many rows
     xp = stream::ExpertProvider::open(gguf::File::open(path), o);
   }
   model::deepseek4::Options mo;

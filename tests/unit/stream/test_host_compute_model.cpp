@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -97,12 +98,15 @@ Fixture fixture(const std::string& name, const std::string& src, int64_t n_token
   return fx;
 }
 
-std::unique_ptr<ExpertProvider> provider(const Fixture& fx, int64_t host_slots, bool host_compute) {
+// max_rows: ProviderOptions::host_compute_max_rows; the default here is every expert on the host.
+std::unique_ptr<ExpertProvider> provider(const Fixture& fx, int64_t host_slots, bool host_compute,
+                                         int64_t max_rows = INT64_MAX) {
   ProviderOptions o;
   o.budget_slots = host_slots;
   o.io = IoKind::Pread;
   o.store.packed_path = "-";
   o.host_compute = host_compute;
+  o.host_compute_max_rows = max_rows;
   return ExpertProvider::open(gguf::File::open(fx.path), o);
 }
 
@@ -163,6 +167,24 @@ void check_model(const std::string& name, const std::string& src, int64_t n_toke
       EXPECT_EQ(log.pinned_now, 0) << what;
     }
     EXPECT_TRUE(same_bits(by_mode[0], by_mode[1])) << name << ": copy against host compute";
+  }
+
+  // Experts of more than one row (the prefill's) copied, evicting from the full tier; the
+  // decode's one-row experts computed on the host: both ways in one run.
+  {
+    SimLog log;
+    auto xp = provider(fx, floor, true, 1);
+    xp->attach_device(std::make_unique<SimSlots>(&log), fx.K);
+    const Run r = run(fx.path, xp.get(), host.get(), fx.toks, steps);
+    const std::string what = fmt::format("{}: host compute of one-row experts only", name);
+    EXPECT_TRUE(same_bits(resident, r)) << what;
+    const ProviderStats st = xp->stats();
+    EXPECT_GT(st.host_computed, 0u) << what;
+    EXPECT_GT(st.h2d_copies, static_cast<uint64_t>(fx.K)) << what << ": copies beyond the free slots";
+    EXPECT_GT(st.gpu_evictions, 0u) << what;
+    EXPECT_EQ(st.h2d_copies + st.host_computed, st.gpu_misses) << what;
+    xp->detach_device();
+    EXPECT_EQ(log.violations, 0u) << what;
   }
 
   // The canary: a host backend that multiplies against f32 activations computes other values,
