@@ -54,6 +54,13 @@ struct EngineOptions {
   // in from it (src/stream/device_tier.h). Same spelling; "" = sized from the device's free
   // memory after the non-expert weights. Refused below one layer's experts for one token.
   std::string expert_cache_gpu;
+  // Device backends: the experts the gpu tier misses are copied into it over the link ("copy")
+  // or computed on the CPU where they sit in the host cache ("cpu"); "auto" compares the CPU's
+  // expert rate with the link's (stream/planner.h plan_expert_compute; its default rates, or
+  // expert_host_compute_rates "CPU_GBPS,LINK_GBPS"). Same output either way. Ignored on the
+  // CPU backend (it computes every expert where it sits).
+  std::string expert_host_compute = "auto";
+  std::string expert_host_compute_rates;
   std::string expert_cache_policy = "hot";   // "hot" (decayed selection count + recency) or "lru"
   std::string expert_io = "auto";            // "auto" (io_uring, else pread), "uring", "pread"
   bool expert_prefetch_hash = true;          // prefetch hash-routed layers' experts per token
@@ -158,6 +165,9 @@ struct ExpertCounters {
   // the gpu tier's misses only.
   uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0, h2d_bytes = 0;
   uint64_t gpu_budget_bytes = 0, gpu_bytes = 0;
+  // Expert host compute (EngineOptions::expert_host_compute): gpu-tier misses computed on the
+  // CPU where they sit instead of copied (their bytes; 0 when copying).
+  uint64_t host_computed_bytes = 0;
 };
 
 class Engine : public std::enable_shared_from_this<Engine> {

@@ -16,7 +16,9 @@
 #          the router's), page cache dropped before each streaming run, $WARM warm-up tokens
 #          then $GEN timed ones: resident; the emulated consumer box (GPU expert budget 16 GB,
 #          host 32 GB); host-only budgets of 8/16/32 GB (the gpu tier at its floor, one layer's
-#          experts); every budget scaled by LAYERS/43, so each cache holds the share of the
+#          experts); every streaming row copies the gpu tier's misses into it
+#          (--expert-host-compute copy) except the "all, cpu compute" rows beside each budget's
+#          "all" row, which compute them on the CPU where they sit (--expert-host-compute cpu); every budget scaled by LAYERS/43, so each cache holds the share of the
 #          experts it would hold on the 43-layer model (but the 3 hash-routed layers, which route
 #          by the generated token ids, weigh 43/LAYERS times more; the lookahead guesses come from
 #          the same source, right with probability 0.5: an assumption). Each budget: the defaults (hot
@@ -24,8 +26,8 @@
 #   ab     at the consumer budget, each policy alone against plain LRU without prefetch.
 # Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
-# disk and H2D MiB per token, prefetch coverage and wasted reads per useful one; the ratio to
-# the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
+# disk and H2D MiB per token, MiB per token computed on the CPU (hcMiB/t), prefetch coverage
+# and wasted reads per useful one; the ratio to the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
 # $OUT/rows.txt, logs in $OUT. STAGES="file test bw bench ab" selects (file is implied by the
 # others; test = test_cuda_stream's benchmark-routing check on the demo model and
 # cuda_backend_check, when present).
@@ -98,10 +100,11 @@ src=$([ -f "$F.experts" ] && echo packed || echo "GGUF tensors")
 # ---- benchmark routing on the device: graph replays read each step's ids ----
 if stage test && [ -x "$B/test_cuda_stream" ] && [ "$(left)" -gt 200 ]; then
   t0=$(date +%s)
-  DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 120 "$B/test_cuda_stream" --gtest_filter='CudaStream.BenchRouting*' \
+  DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 120 "$B/test_cuda_stream" \
+    --gtest_filter='CudaStream.BenchRouting*:CudaStream.HostComputeDemo*' \
     > "$OUT/test_cuda_stream.log" 2>&1; rc=$?
   grep -E "^\[ +(OK|FAILED|SKIPPED) +\]|Failure|^\[cuda-stream\]" "$OUT/test_cuda_stream.log" | head -20
-  summary+=("test_cuda_stream BenchRouting* rc=$rc ($(since $t0) s)")
+  summary+=("test_cuda_stream BenchRouting* HostComputeDemo* rc=$rc ($(since $t0) s)")
 fi
 if stage test && [ -x "$B/cuda_backend_check" ] && [ "$(left)" -gt 200 ]; then
   # Every op CPU vs CUDA, among them moe_route with forced ids (exact ids, weights to 1e-6).
@@ -130,7 +133,7 @@ fi
 mib() { echo $(( $1 * 1024 * LAYERS / 43 )); }
 floor_gpu=6                       # one layer's experts for one token: "host only"
 ROWS=$OUT/rows.txt
-printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tbound43_tps\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
+printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tbound43_tps\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\thost_compute_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
 table=()
 declare -A plain_tps
 bench() {  # group (budget name), name, then ds4-bench flags
@@ -169,27 +172,39 @@ bench() {  # group (budget name), name, then ds4-bench flags
   share=$(awk -v g="${gen:-0}" -v b="${bound:-0}" 'BEGIN { if (g > 0 && b > 0) printf "%.0f%%", 100 * g / b }')
   [ "$name" = plain ] && plain_tps[$group]=${gen:-}
   vs=$(awk -v g="${gen:-0}" -v p="${plain_tps[$group]:-0}" 'BEGIN { if (g > 0 && p > 0) printf "%.2fx", g / p }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
     "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
+    "$(val host_compute_mib_per_token)" \
     "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$pc" "$(since $t0)" "$SEED" >> "$ROWS"
-  table+=("$(printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %7s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
+  table+=("$(printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
     "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
+    "$(val host_compute_mib_per_token)" \
     "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$(since $t0)")")
   [ "$rc" -ne 0 ] && tail -3 "$log"
-  grep -m3 -E '^(routed experts|gpu tier|bench routing)' "$log" | sed 's/^/  /'
+  grep -m4 -E '^(routed experts|gpu tier|expert compute|bench routing)' "$log" | sed 's/^/  /'
 }
 PLAIN="--expert-cache-policy lru --no-prefetch-hash --no-prefetch-lookahead --no-expert-protect"
-consumer="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB"
+# The gpu tier's misses: copied into it (every row but the "cpu compute" ones), or computed on
+# the CPU where they sit in the host cache; both explicit, so auto's choice changes no row.
+COPY="--expert-host-compute copy"
+CPU="--expert-host-compute cpu"
+consumer="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB $COPY"
+consumer_cpu="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB $CPU"
 if stage bench; then
   bench resident resident
   # shellcheck disable=SC2086
   bench "gpu16+host32" plain $consumer $PLAIN
   # shellcheck disable=SC2086
   bench "gpu16+host32" all $consumer
+  # shellcheck disable=SC2086
+  bench "gpu16+host32" "all, cpu compute" $consumer_cpu
   for h in 8 16 32; do
     # shellcheck disable=SC2086
-    bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN
-    bench "host$h" all --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB"
+    bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN $COPY
+    # shellcheck disable=SC2086
+    bench "host$h" all --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $COPY
+    # shellcheck disable=SC2086
+    bench "host$h" "all, cpu compute" --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $CPU
   done
 fi
 if stage ab; then
@@ -204,8 +219,8 @@ if stage ab; then
 fi
 if [ ${#table[@]} -gt 0 ]; then
   echo "==== decode, $LAYERS-layer synthetic Flash q2 ($src, O_DIRECT), routing --bench-routing zipf:$SEED, ctx $CTX, $WARM warm-up + $GEN timed tokens, budgets x $LAYERS/43, disk ${BW:-?} GB/s ===="
-  printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %7s %6s %6s %4s\n' config rc t/s bound ofbnd bound43 vsplain gpuhit hosthit \
-    diskMiB/t h2dMiB/t stallms pfcov waste s
+  printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %4s\n' config rc t/s bound ofbnd bound43 vsplain gpuhit \
+    hosthit diskMiB/t h2dMiB/t hcMiB/t stallms pfcov waste s
   printf '%s\n' "${table[@]}"
 fi
 echo "==== summary ($(since $t_all) s; rows in $ROWS) ===="

@@ -95,6 +95,8 @@ std::string expert_prometheus(const ExpertCounters& c) {
          c.gpu_misses);
     line("counter", "ds4_expert_gpu_evictions_total", "Experts evicted from the gpu tier.", c.gpu_evictions);
     line("counter", "ds4_expert_h2d_bytes_total", "Bytes copied from the host cache into gpu slots.", c.h2d_bytes);
+    line("counter", "ds4_expert_host_computed_bytes_total",
+         "Bytes of gpu-tier misses computed on the CPU where they sit (--expert-host-compute).", c.host_computed_bytes);
     line("gauge", "ds4_expert_gpu_budget_bytes", "Gpu tier budget.", c.gpu_budget_bytes);
     line("gauge", "ds4_expert_gpu_bytes", "Bytes of gpu slots holding an expert.", c.gpu_bytes);
   }

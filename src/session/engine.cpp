@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "compute/backends.h"
 #include "core/error.h"
@@ -196,6 +197,19 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
   sr.enable = o.ssd_streaming;
   sr.cache_host = o.expert_cache_host;
   plan_residency(file, dims, o, impl.plan, sr);
+  // Checked on every backend (a typo fails the same everywhere); it applies to device backends,
+  // whose gpu tier misses experts: the CPU backend computes every expert where it sits.
+  stream::ExpertComputeRequest cr;
+  cr.mode = stream::parse_expert_compute(o.expert_host_compute);
+  if (!o.expert_host_compute_rates.empty()) stream::parse_expert_compute_rates(o.expert_host_compute_rates, cr);
+  std::optional<stream::ExpertComputePlan> compute_plan;
+  // (A file pruned per layer never streams: its layout is not one the store can describe.)
+  if (compute::backend_is_shared(o.backend) && !dims.experts_pruned &&
+      file.find_tensor(stream::expert_tensor_name(0, 0))) {
+    cr.expert_bytes = stream::ExpertLayout::from_gguf(file).max_expert_bytes();
+    compute_plan = stream::plan_expert_compute(cr);
+    sr.host_compute = compute_plan->host_compute;
+  }
   sr.policy = o.expert_cache_policy;
   sr.io = o.expert_io;
   sr.prefetch_hash = o.expert_prefetch_hash;
@@ -215,6 +229,11 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
   }
   impl.experts = std::move(ss.provider);
   impl.plan.expert_streaming = ss.describe;
+  if (impl.experts && compute_plan) impl.plan.expert_streaming += "\n" + compute_plan->describe;
+  // The CPU backend that computes the gpu tier's misses where they sit (model Options::
+  // expert_host_backend); the shared device backend keeps everything else.
+  if (impl.experts && impl.experts->options().host_compute)
+    impl.expert_host_backend = compute::make_cpu_backend(impl.pool.get());
 }
 
 // The gpu tier above the host cache (stream/device_tier.h), once the non-expert weights are on
@@ -259,6 +278,7 @@ void open_deepseek4(Engine::Impl& impl_ref, gguf::File file, const EngineOptions
                  PlanDims{hp_preview.n_embd, hp_preview.n_vocab, hp_preview.n_expert_used, hp_preview.experts_pruned()},
                  o);
   mo.experts = impl->experts.get();
+  mo.expert_host_backend = impl->expert_host_backend.get();
   const bool analyse = o.collect_imatrix || o.collect_expert_profile || !o.prune_mask.empty();
   if (analyse && impl->experts)
     fail("--imatrix-out, --expert-profile-out and --prune-mask need resident experts (not --ssd-streaming)");
@@ -343,6 +363,8 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
   in.model_name = file.get_string("general.name").value_or(std::filesystem::path(o.model_path).filename().string());
   in.chat_template = file.get_string("tokenizer.chat_template").value_or("");
   in.model_id = fmt::format("{:016x}", impl->model_hash);
+  // Before the model: the host backend of expert host compute (open_streaming) runs on it.
+  impl->pool = std::make_unique<ThreadPool>(o.threads);
   if (in.architecture == model::qwen35moe::kArch) {
     open_qwen35moe(*impl, std::move(file), o);
   } else {
@@ -378,7 +400,6 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
     for (const char* marker : {"<｜User｜>", "<|im_end|>"})
       if (auto u = t.find_token(marker); u && (!in.eos_id || *u != *in.eos_id)) in.stop_ids.push_back(*u);
   }
-  impl->pool = std::make_unique<ThreadPool>(o.threads);
   if (compute::backend_is_shared(o.backend)) {
     compute::BackendOptions bo;
     bo.name = o.backend;
@@ -414,6 +435,7 @@ std::optional<ExpertCounters> Engine::expert_counters() const {
   c.gpu_hits = s.gpu_hits, c.gpu_misses = s.gpu_misses, c.gpu_evictions = s.gpu_evictions, c.h2d_bytes = s.h2d_bytes;
   c.gpu_budget_bytes = static_cast<uint64_t>(s.gpu_slots) * s.gpu_slot_bytes;
   c.gpu_bytes = static_cast<uint64_t>(s.gpu_used) * s.gpu_slot_bytes;
+  c.host_computed_bytes = s.host_computed_bytes;
   return c;
 }
 const MemoryPlan& Engine::memory_plan() const { return impl_->plan; }

@@ -36,6 +36,10 @@ struct Engine::Impl {
   std::optional<steer::Directions> steering;  // EngineOptions::dir_steering_file
   uint64_t steering_id = 0;                   // XXH64 of that file's bytes (EngineInfo::steering_id)
   std::unique_ptr<ThreadPool> pool;
+  // Expert host compute (EngineOptions::expert_host_compute): the CPU backend, over `pool`,
+  // that computes the gpu tier's misses where they sit (null: every expert on the session's
+  // backend). Dies before the pool; the model only points at it.
+  std::unique_ptr<compute::Backend> expert_host_backend;
   // Device backends hold the weights once: every session shares this instance (null: each
   // session makes its own CPU backend over `pool`).
   std::unique_ptr<compute::Backend> shared_backend;

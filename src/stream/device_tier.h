@@ -86,6 +86,8 @@ class DeviceTier {
   uint64_t slot_bytes() const { return stride_; }
   // Slots holding an expert (the counters live in the provider's stats).
   int64_t used() const { return used_.load(std::memory_order_relaxed); }
+  // A slot holds no expert: install() would evict nothing.
+  bool has_free_slot() const { return !free_.empty(); }
 
  private:
   struct Entry {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -104,6 +105,66 @@ DeviceTierPlan plan_device_tier(const DeviceTierRequest& r) {
                            human_bytes(r.slot_bytes), human_bytes(slots * r.slot_bytes), how, K, floor_text,
                            slots >= r.expert_count ? ", every expert" : "");
   return p;
+}
+
+ExpertComputePlan plan_expert_compute(const ExpertComputeRequest& r) {
+  for (double v : {r.cpu_gbps, r.link_gbps})
+    if (!(v > 0) || !std::isfinite(v)) fail("--expert-host-compute-rates: rate {} GB/s is not a positive number", v);
+  const double bytes = static_cast<double>(r.expert_bytes);
+  const double t_cpu = bytes / (r.cpu_gbps * 1e9), t_link = bytes / (r.link_gbps * 1e9);
+  const std::string figures = fmt::format(
+      "one {} expert: {:.3f} ms on the CPU at {:.1f} GB/s, {:.3f} ms over the link at {:.1f} GB/s ({})",
+      human_bytes(r.expert_bytes), t_cpu * 1e3, r.cpu_gbps, t_link * 1e3, r.link_gbps,
+      r.rates_given ? "--expert-host-compute-rates" : "default rates, measured on the H200 machine");
+  ExpertComputePlan p;
+  std::string why;
+  switch (r.mode) {
+    case ExpertCompute::Cpu:
+      p.host_compute = true;
+      why = "--expert-host-compute cpu";
+      break;
+    case ExpertCompute::Copy:
+      why = "--expert-host-compute copy";
+      break;
+    case ExpertCompute::Auto:
+      // Compared as rates (the bytes cancel); a tie copies: the copy also fills the gpu tier.
+      p.host_compute = r.cpu_gbps > r.link_gbps;
+      why = p.host_compute ? "auto: the CPU is faster than the link" : "auto: the link is at least as fast as the CPU";
+      break;
+  }
+  p.describe = fmt::format("expert compute    gpu-tier misses {} ({}; {})",
+                           p.host_compute ? "computed on the CPU where they sit in the host cache"
+                                          : "copied over the link into gpu slots",
+                           why, figures);
+  return p;
+}
+
+ExpertCompute parse_expert_compute(const std::string& s) {
+  if (s == "auto") return ExpertCompute::Auto;
+  if (s == "cpu") return ExpertCompute::Cpu;
+  if (s == "copy") return ExpertCompute::Copy;
+  fail("--expert-host-compute: '{}' is not cpu, copy or auto", s);
+}
+
+void parse_expert_compute_rates(const std::string& s, ExpertComputeRequest& r) {
+  const size_t comma = s.find(',');
+  double v[2] = {0, 0};
+  bool ok = comma != std::string::npos && s.find(',', comma + 1) == std::string::npos;
+  for (int i = 0; ok && i < 2; ++i) {
+    const std::string part = i == 0 ? s.substr(0, comma) : s.substr(comma + 1);
+    size_t used = 0;
+    try {
+      v[i] = std::stod(part, &used);
+    } catch (...) {
+      ok = false;
+    }
+    ok = ok && used == part.size() && v[i] > 0 && std::isfinite(v[i]);
+  }
+  if (!ok)
+    fail("--expert-host-compute-rates: '{}' is not CPU_GBPS,LINK_GBPS (two positive numbers in GB/s, e.g. 30,25)", s);
+  r.cpu_gbps = v[0];
+  r.link_gbps = v[1];
+  r.rates_given = true;
 }
 
 uint64_t host_available_bytes() {

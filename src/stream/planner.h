@@ -69,6 +69,42 @@ struct DeviceTierPlan {
 // Throws ds4::Error with the figures below the floor or when a given budget does not fit.
 DeviceTierPlan plan_device_tier(const DeviceTierRequest& r);
 
+// Where a device backend computes the experts its gpu tier misses (issue 14): copied over the
+// link into a device slot ("copy"), or on the CPU where they sit in the host cache ("cpu",
+// ProviderOptions::host_compute). Either way one expert's bytes are read once per use, by the
+// link or by the CPU, so auto compares the two rates: cpu when bytes / cpu rate < bytes / link
+// rate (the device's own compute of a copied expert, ~1% of the copy at its memory rate, is
+// not counted). Results are bit-identical either way; only the time differs.
+enum class ExpertCompute { Auto, Cpu, Copy };
+
+// The default rates, both measured on the H200 machine (ssd-streaming-digest.md §9):
+// link: pinned host-to-device copies of one 6.75 MiB Flash expert each, 49.8 GB/s;
+// cpu: llama.cpp computing every routed expert on the CPU (-ncmoe 43, 16 threads) decoded
+// 12.9 t/s at 1.826 GB of routed experts per token = 23.6 GB/s (a lower bound on the CPU's
+// expert rate: that time includes the GPU's share). Other machines: --expert-host-compute-rates.
+inline constexpr double kDefaultCpuExpertGBps = 23.6;
+inline constexpr double kDefaultLinkGBps = 49.8;
+
+struct ExpertComputeRequest {
+  ExpertCompute mode = ExpertCompute::Auto;
+  double cpu_gbps = kDefaultCpuExpertGBps;  // expert bytes the CPU computes per second (1e9)
+  double link_gbps = kDefaultLinkGBps;      // bytes the host-to-device copies move per second (1e9)
+  bool rates_given = false;                 // --expert-host-compute-rates (else the defaults above)
+  uint64_t expert_bytes = 0;                // one expert (the largest): for the times printed
+};
+
+struct ExpertComputePlan {
+  bool host_compute = false;
+  std::string describe;  // one line for the plan printed at start: the choice and why
+};
+
+// Throws ds4::Error on rates that are not positive and finite.
+ExpertComputePlan plan_expert_compute(const ExpertComputeRequest& r);
+// "cpu" | "copy" | "auto"; throws ds4::Error naming --expert-host-compute otherwise.
+ExpertCompute parse_expert_compute(const std::string& s);
+// "CPU_GBPS,LINK_GBPS" (e.g. "30,25"): sets both rates; throws ds4::Error naming the flag.
+void parse_expert_compute_rates(const std::string& s, ExpertComputeRequest& r);
+
 // MemAvailable from /proc/meminfo (bytes); 0 when it cannot be read.
 uint64_t host_available_bytes();
 

@@ -46,6 +46,7 @@ struct ExpertProvider::AtomicStats {
   std::atomic<uint64_t> demand_batches{0}, demand_behind_prefetch{0}, prefetch_during_demand{0};
   std::atomic<uint64_t> demand_expert_ns{0}, demand_experts{0};
   std::atomic<uint64_t> gpu_hits{0}, gpu_misses{0}, gpu_evictions{0}, h2d_copies{0}, h2d_bytes{0}, host_unpinned{0};
+  std::atomic<uint64_t> host_computed{0}, host_computed_bytes{0};
 };
 
 std::string ProviderStats::describe() const {
@@ -77,6 +78,10 @@ std::string ProviderStats::describe() const {
         h2d_copies, h2d_bytes / 1048576.0, tokens ? h2d_bytes / 1048576.0 / static_cast<double>(tokens) : 0.0,
         host_unpinned ? fmt::format(", {} host buffers not page-locked (slower copies)", host_unpinned) : "");
   }
+  if (host_compute)
+    s += fmt::format("host compute: {} experts computed where they sit in host memory, {:.1f} MiB ({:.2f} MiB/token)\n",
+                     host_computed, host_computed_bytes / 1048576.0,
+                     tokens ? host_computed_bytes / 1048576.0 / static_cast<double>(tokens) : 0.0);
   return s;
 }
 
@@ -114,7 +119,8 @@ uint64_t parse_budget(const std::string& s, const char* flag, int64_t* slots) {
 
 ExpertLease::ExpertLease(ExpertLease&& o) noexcept
     : p_(o.p_), layer_(o.layer_), ready_(std::move(o.ready_)), waiting_(std::move(o.waiting_)),
-      deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), current_(o.current_),
+      deferred_(std::move(o.deferred_)), dev_ready_(std::move(o.dev_ready_)), rows_(std::move(o.rows_)),
+      current_(o.current_),
       current_dev_(o.current_dev_), serial_(o.serial_), done_(o.done_), out_(o.out_) {
   o.p_ = nullptr;
 }
@@ -144,6 +150,7 @@ const ExpertLease::Expert* ExpertLease::next() {
     current_dev_ = dev_ready_.back();
     dev_ready_.pop_back();
     out_.id = static_cast<int32_t>(current_dev_ % E);
+    out_.host = false;
     out_.gate = p.dev_view(current_dev_, kGate);
     out_.up = p.dev_view(current_dev_, kUp);
     out_.down = p.dev_view(current_dev_, kDown);
@@ -172,7 +179,17 @@ const ExpertLease::Expert* ExpertLease::next() {
       current_ = ready_.back();
       ready_.pop_back();
       out_.id = static_cast<int32_t>(current_ % E);
-      if (p.dev_) {
+      // host_compute: a full device tier is not evicted for it; the expert is computed where
+      // it sits (header comment), and stays pinned (current_) until the next next(). An expert
+      // of many rows is copied as without host compute.
+      const bool many_rows = !rows_.empty() && rows_[current_ % E] > p.opt_.host_compute_max_rows;
+      const bool copy = p.dev_ && (!p.opt_.host_compute || p.dev_->has_free_slot() || many_rows);
+      out_.host = !copy;
+      if (p.opt_.host_compute && !copy) {
+        ++p.st_->host_computed;
+        p.st_->host_computed_bytes += p.entries_[current_].buf_bytes;
+      }
+      if (copy) {
         p.to_device(current_, serial_);
         current_dev_ = current_;
         out_.gate = p.dev_view(current_, kGate);
@@ -203,6 +220,11 @@ const ExpertLease::Expert* ExpertLease::next() {
     p.st_->stall_ns += static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
   }
+}
+
+bool ExpertLease::may_hand_out_host() const {
+  if (!p_ || !p_->dev_ || !p_->opt_.host_compute) return false;
+  return !ready_.empty() || !waiting_.empty() || !deferred_.empty();
 }
 
 // ---- provider -------------------------------------------------------------------------------
@@ -597,6 +619,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     // Device tier first: its hits never reach the host tier, which gets the rest.
     release_pending(false);
     lease.serial_ = dev_->begin_lease();
+    if (opt_.host_compute) {
+      lease.rows_.assign(static_cast<size_t>(L.n_expert), 0);
+      for (int32_t e : routing) ++lease.rows_[static_cast<size_t>(e)];
+    }
     size_t keep = 0;
     for (int32_t e : uniq) {
       const uint32_t id = base + static_cast<uint32_t>(e);
@@ -679,6 +705,8 @@ ProviderStats ExpertProvider::stats() const {
   s.cached_bytes = a.cached_bytes;
   s.gpu_hits = a.gpu_hits, s.gpu_misses = a.gpu_misses, s.gpu_evictions = a.gpu_evictions;
   s.h2d_copies = a.h2d_copies, s.h2d_bytes = a.h2d_bytes, s.host_unpinned = a.host_unpinned;
+  s.host_computed = a.host_computed, s.host_computed_bytes = a.host_computed_bytes;
+  s.host_compute = opt_.host_compute;
   if (const DeviceTier* d = dev_.get()) {
     s.gpu_slots = d->n_slots();
     s.gpu_used = d->used();

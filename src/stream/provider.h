@@ -36,6 +36,17 @@
 // copy. Prefetch reads fill the host tier only (a copy to the device is one PCIe transfer away
 // and would evict device slots on a guess).
 //
+// Host compute (ProviderOptions::host_compute): the other way to use an expert the device tier
+// misses (issue 14; llama.cpp's tensor overrides and KTransformers do this): compute it on the
+// CPU where it sits instead of copying it over the link. The lease then hands out its host
+// views with Expert::host set, and the caller runs it on a host backend (model/common/
+// streamed_experts.cpp). The device tier still fills while it has free slots (a copy into a
+// free slot evicts nothing and every later hit saves the CPU the work); once it is full, misses
+// are computed on the host and nothing is evicted from it, except for an expert that more than
+// `host_compute_max_rows` of the layer's tokens use (prefill): the CPU's work grows with its
+// rows and a copy's does not, so that one is copied as without host compute. Without a device
+// tier every expert is a host view anyway; host_compute only marks and counts them.
+//
 // One thread at a time (the evaluation thread); stats() may be called from any thread.
 #include <array>
 #include <atomic>
@@ -79,6 +90,14 @@ struct ProviderOptions {
   // demand reads' rate), weighed by their measured precision (provider.cpp pump_prefetch), so a
   // wrong guess stands in front of the next layer's demand only where a right one pays more.
   bool prefetch_budget = true;
+  // Device-tier misses are computed where they sit in host memory instead of copied into a
+  // device slot (header comment; the planner's choose_host_compute decides it for --expert-host-compute auto).
+  bool host_compute = false;
+  // ... for experts with at most this many rows (tokens routed to them in one acquire); more
+  // are copied. Decode has one row per expert. The default is a guess, not measured: up to a
+  // few rows the CPU's time is mostly reading the weights, which is what the planner's rule
+  // compares with the link; beyond, the CPU's arithmetic grows with the rows.
+  int64_t host_compute_max_rows = 4;
   std::string trace_path;  // routing trace (trace.h); "" = none
   // Tests: the I/O engine to use instead of make_io_engine(io, ...) (e.g. one that records or
   // delays reads).
@@ -116,6 +135,9 @@ struct ProviderStats {
   uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0;
   uint64_t h2d_copies = 0, h2d_bytes = 0;  // host-to-device copies into device slots
   uint64_t host_unpinned = 0;               // host buffers the backend could not page-lock
+  // host_compute: experts handed out as host views (computed where they sit), and their bytes.
+  uint64_t host_computed = 0, host_computed_bytes = 0;
+  bool host_compute = false;  // the option was on
   double hit_rate() const {
     const uint64_t n = hits + inflight_hits + misses;
     return n ? static_cast<double>(hits + inflight_hits) / static_cast<double>(n) : 0.0;
@@ -136,6 +158,9 @@ class ExpertLease {
   struct Expert {
     int32_t id = -1;
     WeightView gate, up, down;
+    // Where the views point: true = the host cache (host memory), false = a device slot. On a
+    // provider without a device tier always true (the CPU backend reads the host cache in place).
+    bool host = true;
   };
   ExpertLease(ExpertLease&& o) noexcept;
   ExpertLease& operator=(ExpertLease&&) = delete;
@@ -144,6 +169,11 @@ class ExpertLease {
   // The next expert to compute, nullptr when all were returned. Throws ds4::Error on a failed
   // or short read, a checksum mismatch (verify_reads) or a budget too small to proceed.
   const Expert* next();
+  // Whether an expert still to come may be handed out as a host view while a device tier is
+  // attached (host_compute), so the caller can bring its input rows to the host before it
+  // queues device work that a download would then wait for. Conservative: a miss that finds a
+  // free device slot is copied after all.
+  bool may_hand_out_host() const;
 
  private:
   friend class ExpertProvider;
@@ -153,6 +183,7 @@ class ExpertLease {
   int64_t layer_;
   std::vector<uint32_t> ready_, waiting_, deferred_;  // entry ids
   std::vector<uint32_t> dev_ready_;                   // device-tier hits, pinned there
+  std::vector<uint32_t> rows_;                        // host_compute: per expert of the layer, its rows
   uint32_t current_ = UINT32_MAX;                     // host entry handed out last
   uint32_t current_dev_ = UINT32_MAX;                 // device entry handed out last
   uint64_t serial_ = 0;                               // the device tier's lease number

@@ -45,6 +45,7 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   o.prefetch_hash = r.prefetch_hash;
   o.prefetch_lookahead = r.prefetch_lookahead;
   o.protect = r.protect;
+  o.host_compute = r.host_compute;
   o.trace_path = r.trace_path;
   s.provider = ExpertProvider::open(f, o);
 

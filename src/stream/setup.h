@@ -16,6 +16,7 @@ struct StreamingRequest {
   bool prefetch_hash = true;
   bool prefetch_lookahead = true;
   bool protect = true;
+  bool host_compute = false;     // --expert-host-compute as the plan chose it (ProviderOptions::host_compute)
   std::string packed_path;       // "" = MODEL.gguf.experts when it exists
   std::string trace_path;        // --trace-routing FILE (streams, so the router's choices are seen)
 };

@@ -3,7 +3,9 @@
 // Resident and streaming runs on the same backend must give the same logits bit for bit: a
 // prefill in chunks (several tokens per expert) and a 32-token greedy continuation, at budgets
 // that force misses in both tiers (the gpu tier at its floor, one layer's experts for one token,
-// and a little above; the host tier at its floor, one token's experts). Environment:
+// and a little above; the host tier at its floor, one token's experts), with the gpu tier's
+// misses copied into it or computed on the CPU where they sit (host compute, a CPU backend
+// beside the CUDA one). Environment:
 //   DS4_DEMO       models/ds4-demo.gguf (skipped when unset)
 //   DS4_STREAM_FLASH  a Flash-geometry file (`ds4-gguf synth --preset flash-q2 --layers N`: 256
 //                  experts of 6.75 MiB, IQ2_XXS/Q2_K), else DS4_CUDA_WORK/flash3.q2.gguf as
@@ -13,6 +15,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +23,7 @@
 
 #include "compute/backends.h"
 #include "compute/cuda/cuda_backend.h"
+#include "core/thread_pool.h"
 #include "ds4/engine.h"
 #include "ds4/session.h"
 #include "gguf/gguf.h"
@@ -67,24 +71,30 @@ struct Run {
 // One run on a fresh backend (CUDA unless `backend` says otherwise); host_slots < 0: resident.
 // The provider outlives the model and lets go of its gpu tier before the backend goes.
 // `router`: benchmark routing (stream/synthetic_routing.h). `steps_out`: the CUDA backend's
-// step-graph counts after the run.
+// step-graph counts after the run. `host_compute`: the gpu tier's misses run on a CPU backend.
 Run run(const std::string& path, const std::vector<int32_t>& toks, int steps, int64_t host_slots, int64_t gpu_slots,
         stream::PolicyKind policy, const stream::ZipfRouter* router = nullptr, const char* backend = "cuda",
-        std::string* steps_out = nullptr) {
+        std::string* steps_out = nullptr, bool host_compute = false) {
   compute::BackendOptions bo;
   bo.name = backend;
   bo.verbose = false;
   auto be = compute::make_backend(bo);
+  ThreadPool pool(4);
+  std::unique_ptr<compute::Backend> host;
+  if (host_compute) host = compute::make_cpu_backend(&pool);
   std::unique_ptr<stream::ExpertProvider> xp;
   if (host_slots >= 0) {
     stream::ProviderOptions o;
     o.budget_slots = host_slots;
     o.policy = policy;
     o.store.packed_path = "-";
+    o.host_compute = host_compute;
+    o.host_compute_max_rows = INT64_MAX;  // the prefill's experts too: the host path for many rows
     xp = stream::ExpertProvider::open(gguf::File::open(path), o);
   }
   model::deepseek4::Options mo;
   mo.experts = xp.get();
+  mo.expert_host_backend = host.get();
   mo.bench_routing = router;
   mo.max_batch = 16;
   auto m = model::deepseek4::Model::from_file(gguf::File::open(path), mo);
@@ -161,6 +171,43 @@ void check(const char* which, int64_t n_tokens) {
 
 TEST(CudaStream, DemoModelBitIdentical) { check("demo", 40); }
 
+// Host compute: the gpu tier fills its free slots, then its misses are computed by the CPU
+// backend from the host cache (never evicting the tier); the CUDA backend computes the rest.
+// Same bits as resident.
+void check_host_compute(const char* which, int64_t n_tokens) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  const std::string path = model_file(which);
+  if (path.empty() || !fs::exists(path)) GTEST_SKIP() << which << " model not given (DS4_DEMO / DS4_CUDA_WORK)";
+  gguf::File f = gguf::File::open(path);
+  const stream::ExpertLayout L = stream::ExpertLayout::from_gguf(f);
+  const int64_t K = std::max<int64_t>(1, stream::experts_used_per_token(f));
+  std::mt19937 rng(13);
+  std::vector<int32_t> toks(static_cast<size_t>(n_tokens));
+  for (auto& t : toks) t = static_cast<int32_t>(rng() % f.find_tensor("token_embd.weight")->ne[1]);
+  const int steps = 32;
+  const Run resident = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot);
+  const int64_t floor_host = L.n_layer * K;
+  for (const int64_t gpu : {K, 2 * K}) {
+    const Run s = run(path, toks, steps, floor_host + 2, gpu, stream::PolicyKind::Hot, nullptr, "cuda", nullptr, true);
+    const std::string what = fmt::format("{}: host compute, host {} slots, gpu {} slots", which, floor_host + 2, gpu);
+    ASSERT_EQ(resident.prefill.size(), s.prefill.size());
+    EXPECT_EQ(std::memcmp(resident.prefill.data(), s.prefill.data(), s.prefill.size() * 4), 0) << what << ": prefill";
+    EXPECT_EQ(resident.greedy, s.greedy) << what << ": greedy continuation";
+    ASSERT_EQ(resident.decode.size(), s.decode.size());
+    EXPECT_EQ(std::memcmp(resident.decode.data(), s.decode.data(), s.decode.size() * 4), 0) << what << ": decode";
+    const auto& st = s.stats;
+    std::fprintf(stderr, "[cuda-stream] %s\n%s", what.c_str(), st.describe().c_str());
+    EXPECT_GT(st.host_computed, 0u) << what;
+    EXPECT_GT(st.misses, 0u) << what;
+    EXPECT_EQ(st.gpu_evictions, 0u) << what;
+    EXPECT_LE(st.h2d_copies, static_cast<uint64_t>(gpu)) << what << ": only free slots are filled";
+    EXPECT_EQ(st.h2d_copies + st.host_computed, st.gpu_misses) << what;
+  }
+}
+
+TEST(CudaStream, HostComputeDemoBitIdentical) { check_host_compute("demo", 40); }
+TEST(CudaStream, HostComputeFlashGeometryBitIdentical) { check_host_compute("flash3", 24); }
+
 // Benchmark routing (--bench-routing) on the device: the decode steps replayed as CUDA graphs
 // read each step's forced ids from the step inputs, so (1) the CUDA backend's logits equal the
 // CPU backend's under the same seed at every step (a graph replaying stale ids would fork at the
@@ -210,7 +257,7 @@ TEST(CudaStream, EngineStreamsThroughTheGpuTier) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::string path = model_file("demo");
   if (path.empty() || !fs::exists(path)) GTEST_SKIP() << "DS4_DEMO not given";
-  auto go = [&](bool streaming) {
+  auto go = [&](bool streaming, const char* host_compute = "auto") {
     EngineOptions eo;
     eo.model_path = path;
     eo.backend = "cuda";
@@ -223,10 +270,15 @@ TEST(CudaStream, EngineStreamsThroughTheGpuTier) {
       const int64_t nl = stream::ExpertLayout::from_gguf(f).n_layer;
       eo.expert_cache_host = std::to_string(nl * K + 2);
       eo.expert_cache_gpu = std::to_string(2 * K);
+      eo.expert_host_compute = host_compute;
     }
     auto engine = Engine::open(eo);
     if (streaming) {
       EXPECT_NE(engine->memory_plan().expert_streaming.find("gpu tier"), std::string::npos)
+          << engine->memory_plan().expert_streaming;
+      const bool cpu = std::string(host_compute) == "cpu";
+      EXPECT_NE(engine->memory_plan().expert_streaming.find(cpu ? "computed on the CPU" : "copied over the link"),
+                std::string::npos)
           << engine->memory_plan().expert_streaming;
     }
     auto s = engine->new_session();
@@ -245,17 +297,26 @@ TEST(CudaStream, EngineStreamsThroughTheGpuTier) {
       if (c) {
         EXPECT_GT(c->gpu_hits, 0u);
         EXPECT_GT(c->gpu_misses, 0u);
-        EXPECT_GT(c->h2d_bytes, 0u);
+        EXPECT_GT(c->h2d_bytes, 0u);  // host compute too: the free slots fill first
         EXPECT_GT(c->gpu_budget_bytes, 0u);
+        if (std::string(host_compute) == "cpu") {
+          EXPECT_GT(c->host_computed_bytes, 0u);
+        } else {
+          EXPECT_EQ(c->host_computed_bytes, 0u);
+        }
       }
       std::fprintf(stderr, "[cuda-stream] engine\n%s", engine->expert_stats().c_str());
     }
     return lg;
   };
-  const auto a = go(false), b = go(true);
+  // auto copies at the default rates (stream/planner.h: the H200 machine's link beats its CPU).
+  const auto a = go(false), b = go(true), c = go(true, "cpu");
   ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i)
+  ASSERT_EQ(a.size(), c.size());
+  for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4), 0) << "step " << i;
+    EXPECT_EQ(std::memcmp(a[i].data(), c[i].data(), a[i].size() * 4), 0) << "host compute, step " << i;
+  }
 }
 
 }  // namespace

@@ -12,6 +12,7 @@ namespace ds4::tools {
 struct ExpertFlags {
   bool ssd_streaming = false, resident = false;
   std::string cache_host, cache_gpu, cache_policy = "hot", io = "auto", packed, trace, bench_routing;
+  std::string host_compute = "auto", host_compute_rates;
   bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
   double memory_reserve_gib = 2.0, host_memory_gib = 0;
 
@@ -20,6 +21,8 @@ struct ExpertFlags {
     eo.resident = resident;
     eo.expert_cache_host = cache_host;
     eo.expert_cache_gpu = cache_gpu;
+    eo.expert_host_compute = host_compute;
+    eo.expert_host_compute_rates = host_compute_rates;
     eo.expert_cache_policy = cache_policy;
     eo.expert_io = io;
     eo.expert_prefetch_hash = !no_prefetch_hash;
@@ -49,6 +52,14 @@ inline CLI::Option_group* add_expert_flags(CLI::App& app, ExpertFlags& f) {
   g->add_option("--expert-cache-gpu", f.cache_gpu,
                 "gpu tier budget (--backend cuda): 2GB, 512MiB or a slot count (default: sized from free device "
                 "memory)");
+  g->add_option("--expert-host-compute", f.host_compute,
+                "gpu-tier misses (--backend cuda): cpu = computed on the CPU where they sit in host RAM, copy = "
+                "copied into gpu slots, auto = the faster of the two by --expert-host-compute-rates")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "copy"}));
+  g->add_option("--expert-host-compute-rates", f.host_compute_rates,
+                "CPU_GBPS,LINK_GBPS: expert bytes the CPU computes per second and the host-to-device copy rate, "
+                "for --expert-host-compute auto (default 23.6,49.8, measured on an H200 machine)");
   g->add_option("--expert-cache-policy", f.cache_policy, "hot (decayed frequency + recency) or lru")
       ->check(CLI::IsMember({"hot", "lru"}));
   g->add_option("--expert-io", f.io, "auto (io_uring, else pread), uring or pread")

@@ -1,7 +1,9 @@
 #include "model/common/streamed_experts.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "core/error.h"
 #include "stream/provider.h"
 
 namespace ds4::model {
@@ -16,12 +18,74 @@ compute::ExpertSet one_expert(const stream::WeightView& v) {
   return s;
 }
 
+// Experts the provider hands out as host views, computed by the host backend (header comment).
+// Their outputs are collected on the host in hand-out order and placed into slot_out at the
+// end with one upload, so the device gets one transfer per layer instead of one per slot.
+class HostExperts {
+ public:
+  HostExperts(compute::Backend& host, const compute::Buffer<float>& x, int64_t n, int64_t d, size_t max_m)
+      : host_(host), x_(x), n_(n), d_(d), max_m_(max_m) {}
+
+  // The layer's input on the host: one download, the first time an expert needs it (or
+  // before the device work is queued, when the lease says host views may come).
+  void fetch_input() {
+    if (!hx_.empty() || n_ == 0) return;
+    hx_ = x_.to_host(static_cast<size_t>(n_ * d_));
+  }
+
+  void compute(const compute::ExpertSet& g, const compute::ExpertSet& u, const compute::ExpertSet& dn,
+               const std::vector<int64_t>& slots, const std::vector<float>& w, int64_t K, float limit) {
+    fetch_input();
+    if (!xb_.data()) {  // the host backend's buffers, made once per layer
+      xb_ = compute::Buffer<float>(host_, max_m_ * static_cast<size_t>(d_));
+      wb_ = compute::Buffer<float>(host_, max_m_);
+      yb_ = compute::Buffer<float>(host_, max_m_ * static_cast<size_t>(d_));
+      zero_ = compute::Buffer<int32_t>(host_, max_m_);
+      zero_.from_host(std::vector<int32_t>(max_m_, 0));
+    }
+    const int64_t m = static_cast<int64_t>(slots.size());
+    const size_t row = static_cast<size_t>(d_) * sizeof(float);
+    std::vector<float> wg(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t s = slots[static_cast<size_t>(i)];
+      host_.upload(xb_.data() + i * d_, hx_.data() + (s / K) * d_, row);
+      wg[static_cast<size_t>(i)] = w[static_cast<size_t>(s)];
+    }
+    wb_.from_host(wg);
+    host_.moe_experts(g, u, dn, xb_.data(), zero_.data(), wb_.data(), m, 1, limit, yb_.data());
+    const size_t at = out_.size();
+    out_.resize(at + static_cast<size_t>(m * d_));
+    host_.download(out_.data() + at, yb_.data(), static_cast<size_t>(m) * row);
+    slots_.insert(slots_.end(), slots.begin(), slots.end());
+  }
+
+  // Each computed slot's output into its row of slot_out (session backend memory).
+  template <class OutRow>
+  void place(compute::Backend& be, OutRow out_row) {
+    if (slots_.empty()) return;
+    compute::Buffer<float> staged(be, out_.size());
+    staged.from_host(out_);
+    const size_t row = static_cast<size_t>(d_) * sizeof(float);
+    for (size_t j = 0; j < slots_.size(); ++j) be.copy(out_row(slots_[j]), staged.data() + j * d_, row);
+  }
+
+ private:
+  compute::Backend& host_;
+  const compute::Buffer<float>& x_;
+  int64_t n_, d_;
+  size_t max_m_;
+  std::vector<float> hx_, out_;
+  std::vector<int64_t> slots_;
+  compute::Buffer<float> xb_, wb_, yb_;
+  compute::Buffer<int32_t> zero_;
+};
+
 }  // namespace
 
 void streamed_moe_experts(compute::Backend& be, stream::ExpertProvider& xp, int64_t il, int64_t d, int64_t K,
                           int64_t n, float limit, const compute::Buffer<float>& x,
                           const compute::Buffer<int32_t>& experts, const compute::Buffer<float>& weights,
-                          const std::vector<int32_t>& guess, compute::Buffer<float>& y) {
+                          const std::vector<int32_t>& guess, compute::Buffer<float>& y, compute::Backend* host) {
   // The routing comes to the host (the layer's one synchronization: the provider must know the
   // experts); activations, weights and outputs stay in backend memory.
   const std::vector<int32_t> ids = experts.to_host();
@@ -50,10 +114,23 @@ void streamed_moe_experts(compute::Backend& be, stream::ExpertProvider& xp, int6
   std::vector<float> wg;
   stream::ExpertLease lease = xp.acquire(il, ids, K);
   if (!guess.empty()) xp.hint(il + 1, guess);  // after acquire: this layer's experts are pinned
+  std::optional<HostExperts> on_host;
+  if (host) on_host.emplace(*host, x, n, d, max_m);
+  // Now, before device work is queued: a download later would wait for that work to finish,
+  // and the host experts could not run while the device computes its own.
+  if (on_host && lease.may_hand_out_host()) on_host->fetch_input();
   while (const auto* e = lease.next()) {
     const auto& slots = by_expert[static_cast<size_t>(e->id)];
     const int64_t m = static_cast<int64_t>(slots.size());
     const compute::ExpertSet g = one_expert(e->gate), u = one_expert(e->up), dn = one_expert(e->down);
+    if (e->host && on_host) {
+      on_host->compute(g, u, dn, slots, w, K, limit);
+      continue;
+    }
+    if (e->host && be.device_memory())
+      fail("internal: layer {} expert {} is in host memory but the {} backend computes it and no host backend was "
+           "given (host compute)",
+           il, e->id, be.name());
     if (m == 1) {  // decode: the token's row, weight and output slot in place
       const int64_t s = slots[0];
       be.moe_experts(g, u, dn, x.data() + (s / K) * d, zero.data(), weights.data() + s, 1, 1, limit, out_row(s));
@@ -68,6 +145,7 @@ void streamed_moe_experts(compute::Backend& be, stream::ExpertProvider& xp, int6
     be.moe_experts(g, u, dn, xb.data(), zero.data(), wb.data(), m, 1, limit, yb.data());
     for (int64_t i = 0; i < m; ++i) be.copy(out_row(slots[i]), yb.data() + i * d, row);
   }
+  if (on_host) on_host->place(be, out_row);
   be.fill(y.data(), n * d, 0.0f);
   for (int64_t k = 0; k < K; ++k) be.add(y.data(), slot_out.data() + k * n * d, n * d);
 }

@@ -44,6 +44,10 @@ struct Options {
   // Routed experts from this provider (src/stream: host cache <- GGUF or packed file) instead
   // of the mapping; not owned, must outlive the Model. Results are bit-identical either way.
   stream::ExpertProvider* experts = nullptr;
+  // With `experts` whose provider computes device-tier misses on the host (ProviderOptions::
+  // host_compute): the backend that computes them there (a CPU backend; the session backend
+  // keeps the rest). Not owned, must outlive the Model. Same logits (streamed_experts.h).
+  compute::Backend* expert_host_backend = nullptr;
   // Benchmark routing (stream/synthetic_routing.h, `--bench-routing`): when set, the learned
   // layers take their expert ids from this source (a function of position and layer) instead
   // of the router's top k; the routing weights are still the router's scores at those ids.

@@ -60,7 +60,8 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
       be_.moe_route(nl.data(), tok_dev_, 1, np, g.data(), gw.data());
       guess = g.to_host();
     }
-    streamed_moe_experts(be_, *xp, il, d, K, n_, limit, f, experts, weights, guess, y);
+    streamed_moe_experts(be_, *xp, il, d, K, n_, limit, f, experts, weights, guess, y,
+                         m_.options().expert_host_backend);
   } else {
     be_.moe_experts(L.gate_exps, L.up_exps, L.down_exps, f.data(), experts.data(), weights.data(), n_, K, limit,
                     y.data());

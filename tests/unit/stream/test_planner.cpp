@@ -110,5 +110,75 @@ TEST(Planner, ReadsTheMachinesAvailableMemory) {
   EXPECT_GT(host_available_bytes(), 0u);
 }
 
+// Expert compute (plan_expert_compute): hand-picked rates on both sides of the rule.
+ExpertComputeRequest compute_request(ExpertCompute mode, double cpu, double link) {
+  ExpertComputeRequest r;
+  r.mode = mode;
+  r.cpu_gbps = cpu;
+  r.link_gbps = link;
+  r.rates_given = true;
+  r.expert_bytes = 7077888;  // a Flash q2 expert
+  return r;
+}
+
+std::string compute_error(const std::string& mode, const std::string& rates) {
+  try {
+    ExpertComputeRequest r;
+    r.mode = parse_expert_compute(mode);
+    if (!rates.empty()) parse_expert_compute_rates(rates, r);
+    plan_expert_compute(r);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Planner, ExpertComputeAutoTakesTheFasterWay) {
+  // The CPU at 30 GB/s against a 25 GB/s link (a PCIe 4 card): 0.236 ms < 0.283 ms, the CPU.
+  ExpertComputePlan p = plan_expert_compute(compute_request(ExpertCompute::Auto, 30, 25));
+  EXPECT_TRUE(p.host_compute) << p.describe;
+  EXPECT_NE(p.describe.find("computed on the CPU"), std::string::npos) << p.describe;
+  EXPECT_NE(p.describe.find("auto: the CPU is faster"), std::string::npos) << p.describe;
+  EXPECT_NE(p.describe.find("0.236 ms on the CPU at 30.0 GB/s, 0.283 ms over the link at 25.0 GB/s"),
+            std::string::npos)
+      << p.describe;
+  // The other way round, and a tie: copy (a copy also fills the gpu tier).
+  p = plan_expert_compute(compute_request(ExpertCompute::Auto, 25, 30));
+  EXPECT_FALSE(p.host_compute) << p.describe;
+  EXPECT_NE(p.describe.find("copied over the link"), std::string::npos) << p.describe;
+  EXPECT_FALSE(plan_expert_compute(compute_request(ExpertCompute::Auto, 30, 30)).host_compute);
+}
+
+TEST(Planner, ExpertComputeDefaultsCopyOnTheH200Machine) {
+  // Its measured rates (23.6 GB/s CPU, 49.8 GB/s link): copying wins, and the line says whose rates.
+  ExpertComputeRequest r;
+  r.expert_bytes = 7077888;
+  const ExpertComputePlan p = plan_expert_compute(r);
+  EXPECT_FALSE(p.host_compute) << p.describe;
+  EXPECT_NE(p.describe.find("default rates"), std::string::npos) << p.describe;
+}
+
+TEST(Planner, ExpertComputeForcedEitherWay) {
+  EXPECT_TRUE(plan_expert_compute(compute_request(ExpertCompute::Cpu, 1, 100)).host_compute);
+  EXPECT_FALSE(plan_expert_compute(compute_request(ExpertCompute::Copy, 100, 1)).host_compute);
+  EXPECT_NE(plan_expert_compute(compute_request(ExpertCompute::Cpu, 1, 100)).describe.find("--expert-host-compute cpu"),
+            std::string::npos);
+}
+
+TEST(Planner, ExpertComputeFlagsAreChecked) {
+  EXPECT_EQ(parse_expert_compute("cpu"), ExpertCompute::Cpu);
+  EXPECT_EQ(parse_expert_compute("copy"), ExpertCompute::Copy);
+  EXPECT_EQ(parse_expert_compute("auto"), ExpertCompute::Auto);
+  EXPECT_NE(compute_error("gpu", "").find("--expert-host-compute: 'gpu'"), std::string::npos);
+  ExpertComputeRequest r;
+  parse_expert_compute_rates("30.5,25", r);
+  EXPECT_DOUBLE_EQ(r.cpu_gbps, 30.5);
+  EXPECT_DOUBLE_EQ(r.link_gbps, 25);
+  EXPECT_TRUE(r.rates_given);
+  for (const char* bad : {"30", "30,", ",25", "a,b", "0,25", "-1,25", "30,25,1", "30,25x", "inf,1", "nan,1"})
+    EXPECT_NE(compute_error("auto", bad).find("--expert-host-compute-rates"), std::string::npos) << bad;
+  EXPECT_EQ(compute_error("auto", "30,25"), "");
+}
+
 }  // namespace
 }  // namespace ds4::stream
