@@ -500,6 +500,72 @@ __global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_s
   }
 }
 
+// k_wfmatmul's rows of several float matrices of one input in one launch (matmul_many: the
+// compressor and indexer projections of the attention input, DS4_CUDA_FMANY=1): block b belongs
+// to the matrix m with R.block0[m] <= b < R.block0[m+1]; each row's operations are
+// k_wfmatmul's, so the results are its bits.
+template <class F>
+__global__ void __launch_bounds__(256) k_wfmatmul_many(WRows R, int64_t n_in, const float* x) {
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int m = 0;
+  while (m + 1 < R.count && blockIdx.x >= R.block0[m + 1]) ++m;
+  const int64_t o = (static_cast<int64_t>(blockIdx.x) - R.block0[m]) * 8 + warp;
+  if (o >= R.n_out[m]) return;  // whole warp
+  const uint8_t* row = R.data[m] + o * R.stride[m];
+  const int64_t n32 = n_in / 32 * 32;
+  constexpr int U = 16;
+  float a = 0.0f;
+  int64_t i = 0;
+  for (; i + 32 * U <= n32; i += 32 * U) {
+    float wv[U], xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      wv[u] = F::elem(row, i + 32 * u + lane);
+      xv[u] = __ldg(x + i + 32 * u + lane);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) a = fmaf(wv[u], xv[u], a);
+  }
+  for (; i + 32 <= n32; i += 32) a = fmaf(F::elem(row, i + lane), __ldg(x + i + lane), a);
+  for (; i + 8 <= n_in; i += 8)
+    if (lane < 8) a = fmaf(F::elem(row, i + lane), __ldg(x + i + lane), a);
+  float sum = warp_fold_chains(a);
+  if (lane == 0) {
+    for (int64_t t = i; t < n_in; ++t) sum = __fadd_rn(sum, __fmul_rn(F::elem(row, t), __ldg(x + t)));
+    R.y[m][o] = sum;
+  }
+}
+
+template <class F>
+void launch_wfmatmul_many(const DevMatrix* ws, float* const* ys, int count, const float* x, cudaStream_t s) {
+  WRows R;
+  R.count = count;
+  for (int m = 0; m < count; ++m) {
+    R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
+    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
+  }
+  if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
+  launch(k_wfmatmul_many<F>, static_cast<unsigned>(R.block0[count]), 256, 0, s, R, ws[0].n_in, x);
+  check_launch("matmul_many (float, warp rows)");
+}
+
+// One-row float products of matmul_many in one launch per weight type (on by default since
+// measured: 8-layer decode +4.4% on the H100; DS4_CUDA_FMANY=0: each runs as its own matmul, the
+// compressor's and indexer's 512-row F16 projections on the staged kernel).
+bool float_many() {
+  static const bool on = env_switch("DS4_CUDA_FMANY", true);
+  return on;
+}
+
+// One-row float products of fewer than 1024 rows of at most 8192 inputs (the router: 256 x
+// 4096 F16) on the warp-row kernel too (DS4_CUDA_FSMALL=1, off until measured): the staged
+// kernel was measured slower for the 512-row projections (float_many).
+bool float_small_rows() {
+  static const bool on = env_switch("DS4_CUDA_FSMALL", false);
+  return on;
+}
+
 template <class F>
 void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group_rows, cudaStream_t s) {
   launch(k_wfmatmul<F>, static_cast<unsigned>((w.n_out + 7) / 8), 256, 0, s, w.data, w.row_stride, w.n_in, w.n_out, x,
@@ -630,7 +696,7 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
   const bool staged_only = staged_gemv_only();
   // Few long rows (the hyper-connection mixes: 24 x 16384) leave a warp per row latency-bound
   // on its serial chains: the staged kernel is faster there (measured on the H200).
-  if (rows == 1 && !staged_only && w.n_out >= 1024) {
+  if (rows == 1 && !staged_only && (w.n_out >= 1024 || (float_small_rows() && w.n_in <= 8192))) {
     switch (w.type) {
       case GgmlType::F32: launch_wfmatmul<FmtF32>(w, x, y, group_rows, stream); return;
       case GgmlType::F16: launch_wfmatmul<FmtF16>(w, x, y, group_rows, stream); return;
@@ -692,18 +758,31 @@ void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, f
     if (ws[i].n_in != ws[0].n_in) fail("CUDA matmul_many: matrices of {} and {} inputs", ws[0].n_in, ws[i].n_in);
   // One-row Q8_0 products that the warp kernel takes share one quantization and one launch;
   // everything else runs as its own matmul.
-  std::vector<DevMatrix> q;
-  std::vector<float*> qy;
+  std::vector<DevMatrix> q, fl[3];
+  std::vector<float*> qy, fy[3];
+  const bool fmany = rows == 1 && !staged_only && float_many();
+  auto float_slot = [](GgmlType t) { return t == GgmlType::F32 ? 0 : t == GgmlType::F16 ? 1 : t == GgmlType::BF16 ? 2 : -1; };
   for (int i = 0; i < count; ++i) {
     const bool warp = rows == 1 && !float_acts && !staged_only && ws[i].type == GgmlType::Q8_0 && ws[i].n_out > 0 &&
                       warp_passes<WarpQ8_0>(static_cast<int>(ws[i].n_in / 32)) != 0;
-    if (warp) {
+    const int fs = fmany && ws[i].n_out > 0 ? float_slot(ws[i].type) : -1;
+    if (warp || fs >= 0) {
       check_matrix(ws[i], "matmul");
       if (!ys[i]) fail("CUDA matmul: null output pointer");
-      q.push_back(ws[i]);
-      qy.push_back(ys[i]);
+      (warp ? q : fl[fs]).push_back(ws[i]);
+      (warp ? qy : fy[fs]).push_back(ys[i]);
     } else {
       matmul(ws[i], x, rows, ys[i], 0, 0, float_acts, stream, pre);
+    }
+  }
+  for (int t = 0; t < 3; ++t) {
+    if (fl[t].empty()) continue;
+    if (!x) fail("CUDA matmul: null activation pointer");
+    for (size_t i0 = 0; i0 < fl[t].size(); i0 += kMaxMany) {
+      const int c = static_cast<int>(std::min<size_t>(kMaxMany, fl[t].size() - i0));
+      if (t == 0) launch_wfmatmul_many<FmtF32>(fl[t].data() + i0, fy[t].data() + i0, c, x, stream);
+      if (t == 1) launch_wfmatmul_many<FmtF16>(fl[t].data() + i0, fy[t].data() + i0, c, x, stream);
+      if (t == 2) launch_wfmatmul_many<FmtBF16>(fl[t].data() + i0, fy[t].data() + i0, c, x, stream);
     }
   }
   if (q.empty()) return;

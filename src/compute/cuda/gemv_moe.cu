@@ -487,10 +487,11 @@ __global__ void __launch_bounds__(32 * kDnMaxSlots)
   }
 }
 
-// IQ2_XXS gate/up rows decoded by byte permutes (WarpIQ2_XXSNib); DS4_CUDA_IQ2_NIB=0 for the
-// grid + sign-mask loads (WarpIQ2_XXS).
+// IQ2_XXS gate/up rows decoded by byte permutes (WarpIQ2_XXSNib), on by default since measured
+// (H100: the Flash MoE op 52.2 -> 43.1 us in a graph, 8-layer decode +2.5%); DS4_CUDA_IQ2_NIB=0
+// for the grid + sign-mask loads (WarpIQ2_XXS).
 bool iq2_nib() {
-  static const bool on = env_switch("DS4_CUDA_IQ2_NIB", false);
+  static const bool on = env_switch("DS4_CUDA_IQ2_NIB", true);
   return on;
 }
 
