@@ -464,32 +464,6 @@ __global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq,
   if ((threadIdx.x & 31) == 0) R.y[m][o] = v;
 }
 
-// k_wmatmul with each row split over kParts warps of the block (8 / kParts rows per block):
-// warp part q forms the terms of passes q, q + kParts, ... into the row's shared terms, then
-// the row's first warp adds them in the CPU's order (warp_sum_terms), so the result is
-// k_wmatmul's bit for bit. For long rows and few of them (out_b: 4096 rows of 256 Q8_0 blocks,
-// 8 passes; q_a + kv: 1536 rows) a warp per row leaves too few loads in flight per SM.
-template <class W, int kParts>
-__global__ void __launch_bounds__(256) k_wmatmul_split(WRows R, int64_t n_in, ActQ aq, const uint2* grid) {
-  pdl_begin();
-  extern __shared__ float wtsm[];  // (8 / kParts) rows x nb floats
-  constexpr int kRows = 8 / kParts;
-  const int warp = threadIdx.x >> 5, rib = warp / kParts, part = warp % kParts;
-  int m = 0;
-  while (m + 1 < R.count && blockIdx.x >= R.block0[m + 1]) ++m;
-  const int64_t o = (static_cast<int64_t>(blockIdx.x) - R.block0[m]) * kRows + rib;
-  const bool valid = o < R.n_out[m];  // uniform over the row's warps
-  const int nb = static_cast<int>(n_in / W::kBE);
-  float* tsm = wtsm + rib * nb;
-  const int64_t first = R.group_rows > 0 ? o / R.group_rows * n_in : 0;
-  if (valid) warp_qterms<W>(R.data[m] + o * R.stride[m], warp_act<W>(aq, 0, first), nb, tsm, grid, part, kParts);
-  __syncthreads();
-  if (!valid || part != 0) return;
-  float v = warp_sum_terms<W>(tsm, nb);
-  if constexpr (W::kPost != 1.0f) v = __fmul_rn(W::kPost, v);
-  if ((threadIdx.x & 31) == 0) R.y[m][o] = v;
-}
-
 // Float weights, one activation row: a warp per output row, lane L = the CPU's FMA chain L
 // (dot_avx2_float.cpp: element i into chain i % 32, then 8-wide steps into chains 0..7, the
 // fold, then the scalar tail), 16 steps' loads in flight.
@@ -591,51 +565,18 @@ void launch_wfmatmul(const DevMatrix& w, const float* x, float* y, int64_t group
   check_launch("matmul (float, warp rows)");
 }
 
-// Warps per row of the one-row warp kernels (DS4_CUDA_WSPLIT=1, off until measured): enough that
-// the launch has ~16K warps, at most the row's passes (and 8).
-bool warp_split_on() {
-  static const bool on = env_switch("DS4_CUDA_WSPLIT", false);
-  return on;
-}
-template <class W>
-int warp_parts(int64_t rows, int64_t nb) {
-  if (!warp_split_on()) return 1;
-  constexpr int64_t kPerPass = 32 / W::kSubs;
-  const int64_t passes = (nb + kPerPass - 1) / kPerPass;
-  int parts = 1;
-  while (parts < 8 && 2 * parts <= passes && rows * parts < 16384) parts *= 2;
-  return parts;
-}
-
 template <class W>
 void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
                          cudaStream_t s) {
   const int64_t n_in = ws[0].n_in, nb = n_in / W::kBE;
-  int64_t total_rows = 0;
-  for (int m = 0; m < count; ++m) total_rows += ws[m].n_out;
-  const int parts = warp_parts<W>(total_rows, nb);
-  const int64_t rows_per_block = 8 / parts;
   WRows R;
   R.count = count;
   R.group_rows = group_rows;
   for (int m = 0; m < count; ++m) {
     R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
-    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + rows_per_block - 1) / rows_per_block;
+    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
   }
   if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
-  const uint2* grid_p = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
-  if (parts > 1) {
-    const size_t smem = static_cast<size_t>(rows_per_block * nb) * sizeof(float);
-    auto run = [&](auto kernel) {
-      allow_smem(reinterpret_cast<const void*>(kernel), smem, "matmul (split warp rows)");
-      launch(kernel, static_cast<unsigned>(R.block0[count]), 256, smem, s, R, n_in, aq, grid_p);
-    };
-    if (parts == 2) run(k_wmatmul_split<W, 2>);
-    if (parts == 4) run(k_wmatmul_split<W, 4>);
-    if (parts == 8) run(k_wmatmul_split<W, 8>);
-    check_launch("matmul (split warp rows)");
-    return;
-  }
   const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
   allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
   const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;

@@ -285,32 +285,6 @@ __device__ float warp_qdot(const uint8_t* row, const WarpAct& act, int nb, float
   return r;
 }
 
-// The terms of passes part, part + parts, ... of warp_qdot's loop (tsm[b] for those passes'
-// blocks), for a row split over `parts` warps (k_wmatmul_split): each block's term is formed
-// exactly as warp_qdot forms it, so once every part is done warp_sum_terms gives its result.
-template <class W>
-__device__ void warp_qterms(const uint8_t* row, const WarpAct& act, int nb, float* tsm, const uint2* grid, int part,
-                            int parts) {
-  constexpr int S = W::kSubs, kPerPass = 32 / S;
-  const int lane = threadIdx.x & 31, j = lane % S;
-#pragma unroll 2
-  for (int b0 = part * kPerPass; b0 < nb; b0 += parts * kPerPass) {
-    const int b = b0 + lane / S;
-    int i0 = 0, i1 = 0;
-    typename W::Raw raw;
-    if (b < nb) {
-      raw = load_block<W>(row, b, nb, j);
-      W::template sums<false>(raw, act.qs + W::kBE * b, act.bs + 16 * b, j, grid, i0, i1);
-    }
-#pragma unroll
-    for (int o = S / 2; o > 0; o >>= 1) {
-      i0 += __shfl_xor_sync(0xffffffffu, i0, o);
-      i1 += __shfl_xor_sync(0xffffffffu, i1, o);
-    }
-    if (j == 0 && b < nb) tsm[b] = W::term(raw, __ldg(act.d + b), i0, i1);
-  }
-}
-
 // R rows against the same activation in one pass loop (the MoE gate and up rows of one expert,
 // R = 2, the default since measured; several output rows of one expert's down projection): each
 // pass loads every row's blocks before any is reduced, so a lane has R independent load streams,
