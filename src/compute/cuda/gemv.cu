@@ -464,18 +464,12 @@ __global__ void __launch_bounds__(256) k_wmatmul(WRows R, int64_t n_in, ActQ aq,
   if ((threadIdx.x & 31) == 0) R.y[m][o] = v;
 }
 
-// Float weights, one activation row: a warp per output row, lane L = the CPU's FMA chain L
-// (dot_avx2_float.cpp: element i into chain i % 32, then 8-wide steps into chains 0..7, the
-// fold, then the scalar tail), 16 steps' loads in flight.
+// One float weight row times x by a warp, the CPU's order (dot_avx2_float.cpp: element i into
+// chain i % 32, then 8-wide steps into chains 0..7, the fold, then the scalar tail), 16 steps'
+// loads in flight; the result is lane 0's.
 template <class F>
-__global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
-                                                  const float* x, int64_t group_rows, float* y) {
-  pdl_begin();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
-  if (o >= n_out) return;  // whole warp
-  const uint8_t* row = w + o * row_stride;
-  const float* xr = x + (group_rows > 0 ? o / group_rows * n_in : 0);
+__device__ __forceinline__ float warp_float_dot(const uint8_t* row, const float* xr, int64_t n_in) {
+  const int lane = threadIdx.x & 31;
   const int64_t n32 = n_in / 32 * 32;
   constexpr int U = 16;
   float a = 0.0f;
@@ -494,16 +488,28 @@ __global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_s
   for (; i + 8 <= n_in; i += 8)
     if (lane < 8) a = fmaf(F::elem(row, i + lane), __ldg(xr + i + lane), a);
   float sum = warp_fold_chains(a);
-  if (lane == 0) {
+  if (lane == 0)
     for (int64_t t = i; t < n_in; ++t) sum = __fadd_rn(sum, __fmul_rn(F::elem(row, t), __ldg(xr + t)));
-    y[o] = sum;
-  }
+  return sum;
+}
+
+// Float weights, one activation row: a warp per output row (warp_float_dot).
+template <class F>
+__global__ void __launch_bounds__(256) k_wfmatmul(const uint8_t* w, size_t row_stride, int64_t n_in, int64_t n_out,
+                                                  const float* x, int64_t group_rows, float* y) {
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 8 + warp;
+  if (o >= n_out) return;  // whole warp
+  const float* xr = x + (group_rows > 0 ? o / group_rows * n_in : 0);
+  const float sum = warp_float_dot<F>(w + o * row_stride, xr, n_in);
+  if (lane == 0) y[o] = sum;
 }
 
 // k_wfmatmul's rows of several float matrices of one input in one launch (matmul_many: the
-// compressor and indexer projections of the attention input, DS4_CUDA_FMANY=1): block b belongs
-// to the matrix m with R.block0[m] <= b < R.block0[m+1]; each row's operations are
-// k_wfmatmul's, so the results are its bits.
+// compressor and indexer projections of the attention input; DS4_CUDA_FMANY=0 turns it off):
+// block b belongs to the matrix m with R.block0[m] <= b < R.block0[m+1]; each row is
+// warp_float_dot, so the results are k_wfmatmul's bits.
 template <class F>
 __global__ void __launch_bounds__(256) k_wfmatmul_many(WRows R, int64_t n_in, const float* x) {
   pdl_begin();
@@ -512,40 +518,26 @@ __global__ void __launch_bounds__(256) k_wfmatmul_many(WRows R, int64_t n_in, co
   while (m + 1 < R.count && blockIdx.x >= R.block0[m + 1]) ++m;
   const int64_t o = (static_cast<int64_t>(blockIdx.x) - R.block0[m]) * 8 + warp;
   if (o >= R.n_out[m]) return;  // whole warp
-  const uint8_t* row = R.data[m] + o * R.stride[m];
-  const int64_t n32 = n_in / 32 * 32;
-  constexpr int U = 16;
-  float a = 0.0f;
-  int64_t i = 0;
-  for (; i + 32 * U <= n32; i += 32 * U) {
-    float wv[U], xv[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      wv[u] = F::elem(row, i + 32 * u + lane);
-      xv[u] = __ldg(x + i + 32 * u + lane);
-    }
-#pragma unroll
-    for (int u = 0; u < U; ++u) a = fmaf(wv[u], xv[u], a);
-  }
-  for (; i + 32 <= n32; i += 32) a = fmaf(F::elem(row, i + lane), __ldg(x + i + lane), a);
-  for (; i + 8 <= n_in; i += 8)
-    if (lane < 8) a = fmaf(F::elem(row, i + lane), __ldg(x + i + lane), a);
-  float sum = warp_fold_chains(a);
-  if (lane == 0) {
-    for (int64_t t = i; t < n_in; ++t) sum = __fadd_rn(sum, __fmul_rn(F::elem(row, t), __ldg(x + t)));
-    R.y[m][o] = sum;
-  }
+  const float sum = warp_float_dot<F>(R.data[m] + o * R.stride[m], x, n_in);
+  if (lane == 0) R.y[m][o] = sum;
 }
 
-template <class F>
-void launch_wfmatmul_many(const DevMatrix* ws, float* const* ys, int count, const float* x, cudaStream_t s) {
+// The rows of `count` matrices for one launch of the warp-row kernels: 8 rows (warps) per block.
+WRows warp_rows(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows) {
   WRows R;
   R.count = count;
+  R.group_rows = group_rows;
   for (int m = 0; m < count; ++m) {
     R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
     R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
   }
   if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
+  return R;
+}
+
+template <class F>
+void launch_wfmatmul_many(const DevMatrix* ws, float* const* ys, int count, const float* x, cudaStream_t s) {
+  const WRows R = warp_rows(ws, ys, count, 0);
   launch(k_wfmatmul_many<F>, static_cast<unsigned>(R.block0[count]), 256, 0, s, R, ws[0].n_in, x);
   check_launch("matmul_many (float, warp rows)");
 }
@@ -569,14 +561,7 @@ template <class W>
 void launch_wmatmul_rows(const DevMatrix* ws, float* const* ys, int count, int64_t group_rows, const ActQ& aq,
                          cudaStream_t s) {
   const int64_t n_in = ws[0].n_in, nb = n_in / W::kBE;
-  WRows R;
-  R.count = count;
-  R.group_rows = group_rows;
-  for (int m = 0; m < count; ++m) {
-    R.data[m] = ws[m].data, R.stride[m] = ws[m].row_stride, R.n_out[m] = ws[m].n_out, R.y[m] = ys[m];
-    R.block0[m + 1] = R.block0[m] + (ws[m].n_out + 7) / 8;
-  }
-  if (R.block0[count] > INT_MAX) fail("CUDA matmul: {} blocks is too many", R.block0[count]);
+  const WRows R = warp_rows(ws, ys, count, group_rows);
   const size_t smem = static_cast<size_t>(8 * nb) * sizeof(float);
   allow_smem(reinterpret_cast<const void*>(k_wmatmul<W>), smem, "matmul (warp rows)");
   const uint2* grid = std::is_same_v<W, WarpIQ2_XXS> ? iq2_grid_address() : nullptr;
