@@ -130,6 +130,23 @@ int64_t replays(const std::string& step_stats) {  // "step graphs: N recorded, M
   return at == std::string::npos ? -1 : std::atoll(step_stats.c_str() + at + 11);
 }
 
+// n_tokens ids below the embedding's row count, from a seeded generator.
+std::vector<int32_t> random_tokens(const gguf::File& f, int64_t n_tokens, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> toks(static_cast<size_t>(n_tokens));
+  for (auto& t : toks) t = static_cast<int32_t>(rng() % f.find_tensor("token_embd.weight")->ne[1]);
+  return toks;
+}
+
+// Streamed logits and greedy tokens equal the resident run's, byte for byte.
+void expect_bit_identical(const Run& resident, const Run& s, const std::string& what) {
+  ASSERT_EQ(resident.prefill.size(), s.prefill.size()) << what;
+  EXPECT_EQ(std::memcmp(resident.prefill.data(), s.prefill.data(), s.prefill.size() * 4), 0) << what << ": prefill";
+  EXPECT_EQ(resident.greedy, s.greedy) << what << ": greedy continuation";
+  ASSERT_EQ(resident.decode.size(), s.decode.size()) << what;
+  EXPECT_EQ(std::memcmp(resident.decode.data(), s.decode.data(), s.decode.size() * 4), 0) << what << ": decode";
+}
+
 void check(const char* which, int64_t n_tokens) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
   const std::string path = model_file(which);
@@ -137,9 +154,7 @@ void check(const char* which, int64_t n_tokens) {
   gguf::File f = gguf::File::open(path);
   const stream::ExpertLayout L = stream::ExpertLayout::from_gguf(f);
   const int64_t K = std::max<int64_t>(1, stream::experts_used_per_token(f));
-  std::mt19937 rng(11);
-  std::vector<int32_t> toks(static_cast<size_t>(n_tokens));
-  for (auto& t : toks) t = static_cast<int32_t>(rng() % f.find_tensor("token_embd.weight")->ne[1]);
+  const std::vector<int32_t> toks = random_tokens(f, n_tokens, 11);
   const int steps = 32;
   const Run resident = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot);
   struct Budget {
@@ -152,11 +167,8 @@ void check(const char* which, int64_t n_tokens) {
     const Run s = run(path, toks, steps, b.host, b.gpu, b.policy);
     const std::string what =
         fmt::format("{}: host {} slots, gpu {} slots, {}", which, b.host, b.gpu, stream::policy_name(b.policy));
-    ASSERT_EQ(resident.prefill.size(), s.prefill.size());
-    EXPECT_EQ(std::memcmp(resident.prefill.data(), s.prefill.data(), s.prefill.size() * 4), 0) << what << ": prefill";
-    EXPECT_EQ(resident.greedy, s.greedy) << what << ": greedy continuation";
-    ASSERT_EQ(resident.decode.size(), s.decode.size());
-    EXPECT_EQ(std::memcmp(resident.decode.data(), s.decode.data(), s.decode.size() * 4), 0) << what << ": decode";
+    expect_bit_identical(resident, s, what);
+    if (::testing::Test::HasFatalFailure()) return;
     const auto& st = s.stats;
     std::fprintf(stderr, "[cuda-stream] %s\n%s", what.c_str(), st.describe().c_str());
     EXPECT_GT(st.gpu_misses, 0u) << what;
@@ -181,20 +193,15 @@ void check_host_compute(const char* which, int64_t n_tokens) {
   gguf::File f = gguf::File::open(path);
   const stream::ExpertLayout L = stream::ExpertLayout::from_gguf(f);
   const int64_t K = std::max<int64_t>(1, stream::experts_used_per_token(f));
-  std::mt19937 rng(13);
-  std::vector<int32_t> toks(static_cast<size_t>(n_tokens));
-  for (auto& t : toks) t = static_cast<int32_t>(rng() % f.find_tensor("token_embd.weight")->ne[1]);
+  const std::vector<int32_t> toks = random_tokens(f, n_tokens, 13);
   const int steps = 32;
   const Run resident = run(path, toks, steps, -1, 0, stream::PolicyKind::Hot);
   const int64_t floor_host = L.n_layer * K;
   for (const int64_t gpu : {K, 2 * K}) {
     const Run s = run(path, toks, steps, floor_host + 2, gpu, stream::PolicyKind::Hot, nullptr, "cuda", nullptr, true);
     const std::string what = fmt::format("{}: host compute, host {} slots, gpu {} slots", which, floor_host + 2, gpu);
-    ASSERT_EQ(resident.prefill.size(), s.prefill.size());
-    EXPECT_EQ(std::memcmp(resident.prefill.data(), s.prefill.data(), s.prefill.size() * 4), 0) << what << ": prefill";
-    EXPECT_EQ(resident.greedy, s.greedy) << what << ": greedy continuation";
-    ASSERT_EQ(resident.decode.size(), s.decode.size());
-    EXPECT_EQ(std::memcmp(resident.decode.data(), s.decode.data(), s.decode.size() * 4), 0) << what << ": decode";
+    expect_bit_identical(resident, s, what);
+    if (::testing::Test::HasFatalFailure()) return;
     const auto& st = s.stats;
     std::fprintf(stderr, "[cuda-stream] %s\n%s", what.c_str(), st.describe().c_str());
     EXPECT_GT(st.host_computed, 0u) << what;

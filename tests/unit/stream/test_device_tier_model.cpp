@@ -17,6 +17,7 @@
 #include "sim_device_slots.h"
 #include "stream/provider.h"
 #include "stream_fixture.h"
+#include "stream_run.h"
 
 using namespace ds4;
 using namespace ds4::stream;
@@ -27,39 +28,13 @@ namespace fs = std::filesystem;
 namespace {
 
 // Logits of a prefill (in chunks: several tokens per expert) and a greedy continuation.
-struct Run {
-  std::vector<float> prefill, decode;
-  std::vector<int32_t> greedy;
-};
+using Run = test::StreamRun;
 
 Run run(const std::string& path, ExpertProvider* xp, const std::vector<int32_t>& toks, int steps) {
   model::deepseek4::Options o;
   o.experts = xp;
   o.max_batch = 16;
-  auto m = model::deepseek4::Model::from_file(gguf::File::open(path), o);
-  ThreadPool pool(2);
-  auto be = compute::make_cpu_backend(&pool);
-  m->register_weights(*be);
-  const int64_t V = m->hparams().n_vocab;
-  Run r;
-  r.prefill.resize(toks.size() * static_cast<size_t>(V));
-  auto st = m->new_state(*be, static_cast<int64_t>(toks.size()) + steps + 1);
-  m->eval(*be, st, toks, r.prefill.data());
-  auto argmax = [&](const float* v) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (v[i] > v[b]) b = i;
-    return static_cast<int32_t>(b);
-  };
-  int32_t next = argmax(r.prefill.data() + (toks.size() - 1) * V);
-  for (int s = 0; s < steps; ++s) {
-    r.greedy.push_back(next);
-    std::vector<float> lg(static_cast<size_t>(V));
-    m->eval(*be, st, std::span(&next, 1), lg.data());
-    r.decode.insert(r.decode.end(), lg.begin(), lg.end());
-    next = argmax(lg.data());
-  }
-  return r;
+  return test::run_deepseek4(path, o, toks, steps);
 }
 
 void check_model(const std::string& name, const std::string& src, int64_t n_tokens, int steps) {

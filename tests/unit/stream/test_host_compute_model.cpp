@@ -23,6 +23,7 @@
 #include "sim_device_slots.h"
 #include "stream/provider.h"
 #include "stream_fixture.h"
+#include "stream_run.h"
 
 using namespace ds4;
 using namespace ds4::stream;
@@ -32,10 +33,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  std::vector<float> prefill, decode;
-  std::vector<int32_t> greedy;
-};
+using test::same_bits;
+using Run = test::StreamRun;
 
 // A prefill in chunks (several tokens per expert: the gathered-rows path) and a greedy
 // continuation (one token: the single-row path).
@@ -45,36 +44,7 @@ Run run(const std::string& path, ExpertProvider* xp, compute::Backend* host, con
   o.experts = xp;
   o.expert_host_backend = host;
   o.max_batch = 16;
-  auto m = model::deepseek4::Model::from_file(gguf::File::open(path), o);
-  ThreadPool pool(2);
-  auto be = compute::make_cpu_backend(&pool);
-  m->register_weights(*be);
-  const int64_t V = m->hparams().n_vocab;
-  Run r;
-  r.prefill.resize(toks.size() * static_cast<size_t>(V));
-  auto st = m->new_state(*be, static_cast<int64_t>(toks.size()) + steps + 1);
-  m->eval(*be, st, toks, r.prefill.data());
-  auto argmax = [&](const float* v) {
-    int64_t b = 0;
-    for (int64_t i = 1; i < V; ++i)
-      if (v[i] > v[b]) b = i;
-    return static_cast<int32_t>(b);
-  };
-  int32_t next = argmax(r.prefill.data() + (toks.size() - 1) * V);
-  for (int s = 0; s < steps; ++s) {
-    r.greedy.push_back(next);
-    std::vector<float> lg(static_cast<size_t>(V));
-    m->eval(*be, st, std::span(&next, 1), lg.data());
-    r.decode.insert(r.decode.end(), lg.begin(), lg.end());
-    next = argmax(lg.data());
-  }
-  return r;
-}
-
-bool same_bits(const Run& a, const Run& b) {
-  return a.prefill.size() == b.prefill.size() && a.decode.size() == b.decode.size() && a.greedy == b.greedy &&
-         std::memcmp(a.prefill.data(), b.prefill.data(), a.prefill.size() * 4) == 0 &&
-         std::memcmp(a.decode.data(), b.decode.data(), a.decode.size() * 4) == 0;
+  return test::run_deepseek4(path, o, toks, steps);
 }
 
 struct Fixture {

@@ -18,6 +18,7 @@
 #include "stream/pack.h"
 #include "stream/provider.h"
 #include "stream_fixture.h"
+#include "stream_run.h"
 
 using namespace ds4;
 using namespace ds4::model::deepseek4;
@@ -25,41 +26,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Run {
-  std::vector<float> prefill;  // [n][vocab]
-  std::vector<float> decode;   // greedy steps' logits
-  std::vector<int32_t> greedy;
-};
-
-int32_t argmax(const float* v, int64_t n) {
-  int64_t b = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[b]) b = i;
-  return static_cast<int32_t>(b);
-}
+using Run = test::StreamRun;
 
 Run run(const std::string& path, stream::ExpertProvider* xp, const std::vector<int32_t>& toks, int steps) {
   Options o;
   o.experts = xp;
   o.max_batch = 16;  // the prompt runs in chunks: batched acquires of several tokens
-  auto m = Model::from_file(gguf::File::open(path), o);
-  ThreadPool pool(2);
-  auto be = compute::make_cpu_backend(&pool);
-  m->register_weights(*be);
-  const int64_t V = m->hparams().n_vocab;
-  Run r;
-  r.prefill.resize(toks.size() * static_cast<size_t>(V));
-  State st = m->new_state(*be, static_cast<int64_t>(toks.size()) + steps + 1);
-  m->eval(*be, st, toks, r.prefill.data());
-  int32_t next = argmax(r.prefill.data() + (toks.size() - 1) * V, V);
-  for (int s = 0; s < steps; ++s) {
-    r.greedy.push_back(next);
-    std::vector<float> lg(static_cast<size_t>(V));
-    m->eval(*be, st, std::span(&next, 1), lg.data());
-    r.decode.insert(r.decode.end(), lg.begin(), lg.end());
-    next = argmax(lg.data(), V);
-  }
-  return r;
+  return test::run_deepseek4(path, o, toks, steps);
 }
 
 void expect_identical(const Run& a, const Run& b, const std::string& what) {
