@@ -18,5 +18,5 @@ for b in .devrun/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}'
 done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s|libicu' \
   | while read -r l; do cp -L "$l" .devrun/lib/; done
-cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/stream_evidence.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh .devrun/
+cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/stream_evidence.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh scripts/device/decode_ab.sh scripts/device/decode_bar.sh .devrun/
 du -sh .devrun; ls .devrun/bin .devrun/lib

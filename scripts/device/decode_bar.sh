@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 12's bar in one device call (H200: the 43-layer synthetic Flash q2 file needs ~87 GB):
+#   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types old);
+#   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times;
+#   3. decode at 16K and 64K (CTXS) with the default switches;
+#   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
+#   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
+# Carry .devrun (make cuda; scripts/device/pack_devrun.sh build-cuda). Logs under $OUT.
+#   DS4_ROOT=$PWD OUT=$OUT VARIANTS="old:DS4_CUDA_IQ2_NIB=0,DS4_CUDA_FMANY=0 new:" bash .devrun/decode_bar.sh
+set -u
+ROOT=${DS4_ROOT:-$PWD}; DR=$ROOT/.devrun; B=$DR/bin
+export LD_LIBRARY_PATH=$DR/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/decode_bar}; mkdir -p "$OUT"
+T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
+left() { [ "$(el)" -lt "${DEADLINE:-540}" ]; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+[ "$MEM" -gt 120000 ] || { echo "decode_bar: $MEM MiB of GPU memory: the 43-layer file needs an H200"; exit 2; }
+F=/dev/shm/flash43.gguf
+[ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --out $F > $OUT/synth.log 2>&1; \
+  echo synth_s=\$(( \$(date +%s) - t )) >> $OUT/synth.log" > /dev/null 2>&1 &)
+summary=()
+
+if [ "${SKIP_GEMV:-0}" != 1 ]; then
+  timeout 150 "$B/cuda_gemv_check" --types old > "$OUT/gemv.log" 2>&1; rc=$?
+  summary+=("gemv check rc=$rc: $(grep -cE 'FAIL' "$OUT/gemv.log") FAIL lines; $(grep -E 'cases' "$OUT/gemv.log" | tail -1)")
+  summary+=("$(grep 'cudaMemcpy D2D' "$OUT/gemv.log" | sed 's/  */ /g')")
+fi
+while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
+summary+=("synth 43 layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
+
+echo "== 43 layers, 2K (t=$(el))"
+FILE=$F LAYERS=43 CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
+  DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
+for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
+
+for ctx in ${CTXS:-16384 65536}; do
+  left || break
+  echo "== ctx $ctx (t=$(el))"
+  timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
+    --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
+  summary+=("ctx $ctx: $(tail -1 "$OUT/b$ctx.csv" 2>/dev/null || tail -1 "$OUT/b$ctx.log")")
+done
+
+if left && [ "${SKIP_PARITY:-0}" != 1 ]; then
+  echo "== parity (t=$(el))"
+  STAGES=parity OUT=$OUT DS4_ROOT=$ROOT DS4_DEVRUN=$DR timeout 200 bash "$DR/cuda_suite.sh" > "$OUT/suite.txt" 2>&1
+  summary+=("$(grep -E '^parity:' "$OUT/suite.txt" | tail -1)")
+  summary+=("parity lines with max|dlogit| != 0: $(grep 'max|dlogit|' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
+fi
+
+if left && [ "${SKIP_PROFILE:-0}" != 1 ]; then
+  echo "== profile (t=$(el))"
+  DS4_CUDA_PROFILE=graph timeout 120 "$B/ds4-bench" -m $F --backend cuda --ctx-start 2048 --ctx-max 2048 \
+    --gen-tokens 16 > "$OUT/profile.log" 2>&1
+  grep -E '\[step\]|  op ' "$OUT/profile.log" | head -40
+fi
+
+echo "==== summary (t=$(el) s) ===="
+printf '%s\n' "${summary[@]}"
+cat "$OUT/ab2k.txt"
