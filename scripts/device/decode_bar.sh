@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue 12's bar in one device call (H200: the 43-layer synthetic Flash q2 file needs ~87 GB):
-#   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types old);
+#   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types $GEMV_TYPES,
+#      default flash-moe: the Flash MoE op, checked and timed);
 #   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times;
 #   3. decode at 16K and 64K (CTXS) with the default switches;
+#   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check)
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
 #   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
 # Carry .devrun (make cuda; scripts/device/pack_devrun.sh build-cuda). Logs under $OUT.
@@ -22,9 +24,15 @@ F=/dev/shm/flash43.gguf
 summary=()
 
 if [ "${SKIP_GEMV:-0}" != 1 ]; then
-  timeout 150 "$B/cuda_gemv_check" --types old > "$OUT/gemv.log" 2>&1; rc=$?
+  timeout 150 "$B/cuda_gemv_check" --types ${GEMV_TYPES:-flash-moe} > "$OUT/gemv.log" 2>&1; rc=$?
   summary+=("gemv check rc=$rc: $(grep -cE 'FAIL' "$OUT/gemv.log") FAIL lines; $(grep -E 'cases' "$OUT/gemv.log" | tail -1)")
   summary+=("$(grep 'cudaMemcpy D2D' "$OUT/gemv.log" | sed 's/  */ /g')")
+fi
+if [ "${BACKEND_CHECK:-0}" = 1 ]; then
+  timeout 200 "$B/cuda_backend_check" > "$OUT/backend_check.log" 2>&1; rc=$?
+  grep -E "FAIL" "$OUT/backend_check.log" | head -5
+  grep -E "^time (${CHECK_TIMES:-hc_post|add \+|moe_route|matmul \+})" "$OUT/backend_check.log"
+  summary+=("backend check rc=$rc: $(tail -1 "$OUT/backend_check.log")")
 fi
 while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
 summary+=("synth 43 layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")

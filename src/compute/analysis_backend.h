@@ -125,6 +125,7 @@ class AnalysisBackend final : public Backend {
                float* Xout) override {
     inner_.hc_post(y, X, post, comb, rows, n_hc, n, Xout);
   }
+  // hc_post_add runs its default body (add, hc_post: both forwarded above).
   void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
                  float* out) override {
     inner_.attention(q, n_heads, head_dim, kv, sinks, scale, out);
@@ -157,6 +158,8 @@ class AnalysisBackend final : public Backend {
   }
   void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
                  float* weights) override;
+  // moe_router runs its default body on purpose: the router's matmul (observed, naming the layer)
+  // then moe_route (observed, masked), never the inner backend's fused router.
   void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;

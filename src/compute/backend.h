@@ -285,6 +285,11 @@ class Backend {
   // (y: rows x n, X/Xout: rows x [n_hc][n], post: rows x n_hc, comb: rows x n_hc x n_hc). Xout != X.
   virtual void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
                        int64_t n, float* Xout) = 0;
+  // hc_post of y + y2 (y2 added element-wise first, as add(y, y2, rows * n) does; y may be left
+  // holding the sum). The default runs those two ops; a backend may fuse them but must give the
+  // same values.
+  virtual void hc_post_add(float* y, const float* y2, const float* X, const float* post, const float* comb,
+                           int64_t rows, int n_hc, int64_t n, float* Xout);
 
   // For each head h of one query: o_h = sum_k e^{s_k - m} v_k / (e^{sink_h - m} + sum_k e^{s_k - m}),
   // s_k = scale * q_h . kv_k over the rows of `kv` in its order (spec §6.7). q, out:
@@ -327,6 +332,11 @@ class Backend {
   // experts[t] = forced[t] (ids checked against n_expert) instead of the top k.
   virtual void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
                          int32_t* experts, float* weights) = 0;
+  // The router of a MoE sub-layer: logits = router . x (rows x p.n_expert, the caller's scratch),
+  // then moe_route(logits, tokens, rows, p, experts, weights). The default runs matmul and
+  // moe_route; a backend may fuse them but must give the same values.
+  virtual void moe_router(const Matrix& router, const float* x, int64_t rows, const int32_t* tokens,
+                          const RouteParams& p, float* logits, int32_t* experts, float* weights);
   // Routed experts: for each token t and slot i < k, with e = experts[t][i]:
   //   h = swiglu(gate_e . x[t], up_e . x[t], limit) * weights[t][i];  out_i = down_e . h
   // and y[t] = sum over i in slot order of out_i (y overwritten). x, y: rows x n_in(gate).

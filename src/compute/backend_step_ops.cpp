@@ -77,6 +77,18 @@ void Backend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim,
   }
 }
 
+void Backend::hc_post_add(float* y, const float* y2, const float* X, const float* post, const float* comb,
+                          int64_t rows, int n_hc, int64_t n, float* Xout) {
+  add(y, y2, rows * n);
+  hc_post(y, X, post, comb, rows, n_hc, n, Xout);
+}
+
+void Backend::moe_router(const Matrix& router, const float* x, int64_t rows, const int32_t* tokens,
+                         const RouteParams& p, float* logits, int32_t* experts, float* weights) {
+  matmul(router, x, rows, logits);
+  moe_route(logits, tokens, rows, p, experts, weights);
+}
+
 void Backend::hc_pre_norm(const Matrix& fn, const float* X, float* mix, int64_t rows, const HcParams& p, bool norm,
                           const float* norm_w, float norm_eps, float* x_in, float* post, float* comb) {
   matmul(fn, X, rows, mix);

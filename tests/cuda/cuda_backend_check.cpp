@@ -552,6 +552,25 @@ void case_hc_post(int64_t rows, int n_hc, int64_t n) {
              [&] { GPU->hc_post(y[1], X[1], post[1], comb[1], rows, n_hc, n, Xo[1]); });
 }
 
+// hc_post of y + y2: the default body (add, then hc_post) on the CPU against the CUDA backend's
+// one launch (DS4_CUDA_POST_ADD): the add's float sum, then hc_post's operations.
+void case_hc_post_add(int64_t rows, int n_hc, int64_t n) {
+  Pair<float> y(normal(rows * n)), y2(normal(rows * n)), X(normal(rows * n_hc * n)), post(uniform(rows * n_hc, 0, 2)),
+      comb(uniform(rows * n_hc * n_hc, 0, 1)), Xo(rows * n_hc * n);
+  poison(Xo);
+  for (int b = 0; b < 2; ++b)
+    (b ? GPU : CPU)->hc_post_add(y[b], y2[b], X[b], post[b], comb[b], rows, n_hc, n, Xo[b]);
+  check_exact("hc_post_add", shp({rows, n_hc, n}), Xo);
+  if (rows != 1) return;
+  y.set(normal(rows * n));
+  time_gpu("hc_post_add", shp({rows, n_hc, n}), (2.0 * rows * n + 2.0 * rows * n_hc * n) * 4, 0,
+           [&] { GPU->hc_post_add(y[1], y2[1], X[1], post[1], comb[1], rows, n_hc, n, Xo[1]); });
+  time_gpu("add + hc_post", shp({rows, n_hc, n}), (3.0 * rows * n + 2.0 * rows * n_hc * n) * 4, 0, [&] {
+    GPU->add(y[1], y2[1], rows * n);
+    GPU->hc_post(y[1], X[1], post[1], comb[1], rows, n_hc, n, Xo[1]);
+  });
+}
+
 // Attention over the window (ring of `window` rows, position pos) and n_comp compressed rows,
 // all of them or n_idx chosen by index.
 // exact_dots: entries are multiples of 1/4 in [-3/4, 3/4], so every q.k is exact in float
@@ -807,6 +826,57 @@ void case_moe_route(int64_t rows, int64_t E, int64_t k, bool bias, bool hash, bo
   if (time_it) time_gpu("moe_route", s, rows * E * 4.0, 0, [&] { GPU->moe_route(lg[1], tokens[1], rows, p, ex[1], w[1]); });
 }
 
+// The router product and the routing of one token (moe_router; CUDA fuses them into one launch,
+// DS4_CUDA_ROUTER_FUSED): the CPU's default body (matmul, moe_route) against it. The logits are
+// the CPU's 32-chain dot (exact); ids and weights as case_moe_route.
+void case_moe_router(int64_t E, int64_t k, int64_t n_in, GgmlType wt, bool bias, bool hash, bool forced,
+                     bool time_it) {
+  std::vector<float> wf = normal(static_cast<size_t>(E * n_in), 0.05f);
+  std::vector<uint16_t> w16(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) w16[i] = wt == GgmlType::BF16 ? fp32_to_bf16(wf[i]) : fp32_to_fp16(wf[i]);
+  compute::Matrix rw;
+  if (wt == GgmlType::F32)
+    rw = {wt, reinterpret_cast<const uint8_t*>(weight(wf, "router.w")), n_in, E, static_cast<size_t>(n_in) * 4};
+  else
+    rw = {wt, reinterpret_cast<const uint8_t*>(weight(w16, "router.w")), n_in, E, static_cast<size_t>(n_in) * 2};
+  std::vector<float> bh = normal(E, 0.3f);
+  const int64_t n_vocab = 1000;
+  std::vector<int32_t> tid(n_vocab * k);
+  std::uniform_int_distribution<int32_t> eid(0, static_cast<int32_t>(E - 1));
+  for (auto& v : tid) v = eid(rng);
+  compute::RouteParams p;
+  p.n_expert = E, p.k = k, p.norm = true, p.scale = 1.5f;
+  if (bias) p.bias = weight(bh, "router.bias");
+  if (hash) p.tid2eid = weight(tid, "router.tid2eid");
+  std::vector<int32_t> fh(static_cast<size_t>(E));
+  std::iota(fh.begin(), fh.end(), 0);
+  std::shuffle(fh.begin(), fh.end(), rng);
+  fh.resize(static_cast<size_t>(k));
+  Pair<int32_t> fids(fh), tokens(std::vector<int32_t>{417}), ex(k);
+  Pair<float> x(normal(n_in)), lg(E), w(k);
+  poison(lg), poison(w), poison(ex);
+  for (int b = 0; b < 2; ++b) {
+    if (forced) p.forced = fids[b];
+    (b ? GPU : CPU)->moe_router(rw, x[b], 1, tokens[b], p, lg[b], ex[b], w[b]);
+  }
+  const std::string s = shp({E, n_in}) + " " + std::string(traits(wt).name) + " k" + std::to_string(k) + (bias ? " bias" : "") +
+                        (hash ? " hash" : "") + (forced ? " forced" : "");
+  check_exact("moe_router logits", s, lg);
+  std::vector<int32_t> a = ex.host(0), g = ex.host(1);
+  long long differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += a[i] != g[i];
+  if (forced && !hash) differ += a != fh;
+  report("moe_router experts", s, 0, 0, differ, k, "exact: same ids, same order", differ == 0);
+  check_rel("moe_router weights", s, w, 1e-6, "exp: softplus 1 ulp, sum of k, divide");
+  if (!time_it) return;
+  time_gpu("moe_router", s, static_cast<double>(E) * rw.row_stride, 0,
+           [&] { GPU->moe_router(rw, x[1], 1, tokens[1], p, lg[1], ex[1], w[1]); });
+  time_gpu("matmul + moe_route", s, static_cast<double>(E) * rw.row_stride, 0, [&] {
+    GPU->matmul(rw, x[1], 1, lg[1]);
+    GPU->moe_route(lg[1], tokens[1], 1, p, ex[1], w[1]);
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -890,6 +960,9 @@ int main(int argc, char** argv) {
     case_hc_post(1, 4, 4096);
     case_hc_post(4, 4, 4096);
     case_hc_post(2, 2, 16);
+    case_hc_post_add(1, 4, 4096);
+    case_hc_post_add(3, 4, 4096);
+    case_hc_post_add(2, 2, 16);
     case_attention(64, 512, 128, 5, 0, 0, false);             // partial window only
     case_attention(64, 512, 128, 1000, 250, 0, true);          // window + every compressed row
     case_attention(64, 512, 128, 8191, 2048, 512, true);       // window + indexer top-k (ratio 4)
@@ -923,6 +996,12 @@ int main(int argc, char** argv) {
     case_moe_route(3, 8, 2, false, false, false);
     case_moe_route(1, 256, 6, true, false, false, true);  // --bench-routing: forced ids, bias ignored
     case_moe_route(4, 256, 6, false, false, false, true);
+    case_moe_route(2, 384, 6, true, false, false);  // V4 Pro's expert count
+    case_moe_router(256, 6, 4096, GgmlType::F16, true, false, false, true);
+    case_moe_router(256, 6, 4096, GgmlType::F16, false, true, false, false);
+    case_moe_router(256, 6, 4096, GgmlType::F16, true, false, true, false);
+    case_moe_router(384, 6, 7168, GgmlType::BF16, true, false, false, false);
+    case_moe_router(8, 2, 64, GgmlType::F32, false, false, false, false);
     if (!cpu_vs_cpu) {
       case_memory();
       case_profile();

@@ -112,6 +112,8 @@ class CudaBackend final : public Backend {
               float* comb) override;
   void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
                int64_t n, float* Xout) override;
+  void hc_post_add(float* y, const float* y2, const float* X, const float* post, const float* comb, int64_t rows,
+                   int n_hc, int64_t n, float* Xout) override;
   void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
                  float* out) override;
   void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim,
@@ -130,6 +132,8 @@ class CudaBackend final : public Backend {
                        int64_t count, const float* sinks, float scale, float* out) override;
   void moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p, int32_t* experts,
                  float* weights) override;
+  void moe_router(const Matrix& router, const float* x, int64_t rows, const int32_t* tokens, const RouteParams& p,
+                  float* logits, int32_t* experts, float* weights) override;
   void moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                    const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                    float* y) override;
@@ -172,6 +176,9 @@ class CudaBackend final : public Backend {
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
   bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
   bool fuse_qkv_ = true;                 // DS4_CUDA_FUSE_QKV=0: attn_qkv_prep as its five ops
+  bool post_add_ = true;                 // DS4_CUDA_POST_ADD=0: hc_post_add as add + hc_post
+  bool router_fused_ = true;             // DS4_CUDA_ROUTER_FUSED=0: moe_router as matmul + moe_route
+  cuda::RouteArgs route_args(const int32_t* tokens, const RouteParams& p, int32_t* experts, float* weights);
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
@@ -340,6 +347,8 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
+  post_add_ = cuda::env_switch("DS4_CUDA_POST_ADD", true);
+  router_fused_ = cuda::env_switch("DS4_CUDA_ROUTER_FUSED", true);
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
@@ -1023,6 +1032,15 @@ void CudaBackend::hc_post(const float* y, const float* X, const float* post, con
   cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_);
 }
 
+void CudaBackend::hc_post_add(float* y, const float* y2, const float* X, const float* post, const float* comb,
+                              int64_t rows, int n_hc, int64_t n, float* Xout) {
+  if (!post_add_) return Backend::hc_post_add(y, y2, X, post, comb, rows, n_hc, n, Xout);
+  qact_forget();
+  Prof prof(this, "hc_post (with the add)");
+  if (Xout == X) fail("CUDA hc_post: Xout must not alias X");
+  cuda::hc_post(y, X, post, comb, rows, n_hc, n, Xout, stream_, y2);
+}
+
 void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
                             float scale, float* out) {
   qact_forget();
@@ -1365,11 +1383,8 @@ void CudaBackend::compressor_pool(const float* kv, const float* score, int64_t r
   cuda::compressor_pool(kv, score, ratio, lanes, dim, out, stream_);
 }
 
-void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
-                            int32_t* experts, float* weights) {
-  qact_forget();
-  Prof prof(this, "moe_route");
-  if (rows <= 0) return;
+cuda::RouteArgs CudaBackend::route_args(const int32_t* tokens, const RouteParams& p, int32_t* experts,
+                                        float* weights) {
   const float* bias = weight_f(p.bias, p.n_expert, "moe_route", "bias");
   const int32_t* tid = nullptr;
   int64_t n_tid_rows = 0;
@@ -1379,9 +1394,30 @@ void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t 
     n_tid_rows = static_cast<int64_t>(weight_tail(p.tid2eid) / row);
     tid = reinterpret_cast<const int32_t*>(weight(p.tid2eid, row, "moe_route", "tid2eid"));
   }
+  if (p.n_expert > cuda::kRouteMaxExperts || p.k > p.n_expert)
+    fail("CUDA moe_route: {} experts, k = {} (at most {} experts)", p.n_expert, p.k, cuda::kRouteMaxExperts);
   // p.forced is backend (device) memory like `tokens`: no translation.
-  cuda::moe_route(logits, tokens, rows, p.n_expert, p.k, bias, tid, n_tid_rows, p.forced, p.norm, p.scale, experts,
-                  weights, d_err_, stream_);
+  return {tokens, static_cast<int>(p.n_expert), static_cast<int>(p.k), bias, tid, n_tid_rows, p.forced, p.norm,
+          p.scale, experts, weights, d_err_};
+}
+
+void CudaBackend::moe_route(const float* logits, const int32_t* tokens, int64_t rows, const RouteParams& p,
+                            int32_t* experts, float* weights) {
+  qact_forget();
+  Prof prof(this, "moe_route");
+  if (rows <= 0) return;
+  cuda::moe_route(logits, rows, route_args(tokens, p, experts, weights), stream_);
+}
+
+void CudaBackend::moe_router(const Matrix& router, const float* x, int64_t rows, const int32_t* tokens,
+                             const RouteParams& p, float* logits, int32_t* experts, float* weights) {
+  if (rows == 1 && router_fused_ && router.n_out == p.n_expert) {
+    qact_forget();
+    Prof prof(this, "moe_router (fused)");
+    const cuda::DevMatrix dm = dev_matrix(router, "moe_router", "router");
+    if (cuda::matmul_route(dm, x, logits, route_args(tokens, p, experts, weights), stream_)) return;
+  }
+  Backend::moe_router(router, x, rows, tokens, p, logits, experts, weights);
 }
 
 void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,

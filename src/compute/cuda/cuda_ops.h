@@ -101,8 +101,9 @@ bool hc_pre_fused(int wtype, const uint8_t* fn, size_t fn_stride, int64_t fn_in,
 // cuda_backend_check times it to show what the Sinkhorn costs inside hc_pre_norm.
 void hc_comb(const float* mix, const float* scale, const float* base, int n_hc, int sinkhorn_iters, float hc_eps,
              float* comb, cudaStream_t s);
+// y2 (optional): hc_post of y + y2 (backend.h hc_post_add), the add's float sum first.
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
-             float* Xout, cudaStream_t s);
+             float* Xout, cudaStream_t s, const float* y2 = nullptr);
 // ape: device rows (row_stride bytes apart) of a float type (F32, F16, BF16), at least width
 // elements each and at least `ratio` rows; slot (lanes == 2 ? ratio : 0) + pos % ratio.
 void compressor_store(GgmlType ape_type, const uint8_t* ape, size_t ape_stride, DevPos pos, int64_t ratio,
@@ -164,11 +165,24 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
 // A chunk of n_queries as indexer_scores lays it out (idx rows of k), skip_k likewise.
 void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* idx, cudaStream_t s,
            int64_t n_queries = 1, int64_t skip_k = -1);
-// tid2eid (device, n_tid_rows rows of k ids) or null; bias (device, n_expert) or null.
-// forced (device, optional, rows x k): ids that replace the top-k selection (benchmark routing).
-void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
-               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm,
-               float scale, int32_t* experts, float* weights, int* err, cudaStream_t s);
+// The MoE router's selection (backend.h moe_route) of rows tokens, one block each (moe_route.cuh;
+// the router product that ends in it, gemv.h matmul_route, shares the routine): logits are rows x
+// n_expert, n_expert <= kRouteMaxExperts, 1 <= k <= min(64, n_expert).
+constexpr int kRouteMaxExperts = 512;
+struct RouteArgs {
+  const int32_t* tokens;    // device, one id per token (hash routing reads it)
+  int n_expert, k;
+  const float* bias;        // device, n_expert, or null
+  const int32_t* tid2eid;   // device, n_tid_rows rows of k ids, or null
+  int64_t n_tid_rows;
+  const int32_t* forced;    // device, rows x k ids replacing the top k (benchmark routing), or null
+  bool norm;
+  float scale;
+  int32_t* experts;         // rows x k
+  float* weights;           // rows x k
+  int* err;                 // the backend's error word (kErrRoute*)
+};
+void moe_route(const float* logits, int64_t rows, const RouteArgs& a, cudaStream_t s);
 
 }  // namespace ds4::cuda
 

@@ -13,6 +13,7 @@
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
+#include "compute/cuda/moe_route.cuh"
 #include "core/error.h"
 
 namespace ds4::cuda {
@@ -318,94 +319,12 @@ __global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, Dev
 }
 
 // ---- router -----------------------------------------------------------------------------------
-// One block per token: s_e = sqrt(softplus(logit)) (expf/log1pf rounded as glibc, see
-// cuda_util.cuh), then either the hash table's ids, the forced ids (benchmark routing: read from
-// device memory, so a recorded step sees each replay's ids) or k rounds of a block arg-max over
-// s_e + bias (equal values: the lower id), then the weights in slot order.
+// One block per token (moe_route.cuh).
 
-__device__ inline bool better(float a, int ia, float b, int ib) { return a > b || (a == b && ia < ib); }
-
-__global__ void k_moe_route(const float* logits, const int32_t* tokens, int n_expert, int k, const float* bias,
-                            const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm, float scale,
-                            int32_t* experts, float* weights, int* err) {
+__global__ void k_moe_route(const float* logits, RouteArgs a) {
   pdl_begin();
-  extern __shared__ float sh[];  // [E] s, [E] sel, [E] taken (as float 0/1)
-  __shared__ float wv[32];
-  __shared__ int wi[32];
-  __shared__ int chosen[64];
-  float* s = sh;
-  float* sel = sh + n_expert;
-  float* taken = sh + 2 * n_expert;
-  const int64_t t = blockIdx.x;
-  const float* lg = logits + t * n_expert;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-    const float x = lg[e];
-    const float sp = x > 20.0f ? x : log1pf_ref(expf_ref(x));
-    const float v = sqrtf(sp);
-    s[e] = v;
-    sel[e] = bias ? v + bias[e] : v;
-    taken[e] = 0.0f;
-  }
-  __syncthreads();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  if (tid2eid) {
-    if (threadIdx.x == 0) {
-      const int32_t tok = tokens[t];
-      bool ok = tok >= 0 && tok < n_tid_rows;
-      if (!ok && atomicCAS(err, 0, kErrRouteToken) == 0) err[1] = tok;
-      for (int i = 0; i < k; ++i) {
-        int id = ok ? tid2eid[static_cast<int64_t>(tok) * k + i] : 0;
-        if (id < 0 || id >= n_expert) {
-          if (ok && atomicCAS(err, 0, kErrRouteExpert) == 0) err[1] = id;
-          id = 0;
-        }
-        chosen[i] = id;
-      }
-    }
-  } else if (forced) {
-    if (threadIdx.x == 0)
-      for (int i = 0; i < k; ++i) {
-        int id = forced[t * k + i];
-        if (id < 0 || id >= n_expert) {
-          if (atomicCAS(err, 0, kErrRouteExpert) == 0) err[1] = id;
-          id = 0;
-        }
-        chosen[i] = id;
-      }
-  } else {
-    for (int i = 0; i < k; ++i) {
-      float bv = -INFINITY;
-      int bi = -1;
-      for (int e = threadIdx.x; e < n_expert; e += blockDim.x)
-        if (taken[e] == 0.0f && (bi < 0 || better(sel[e], e, bv, bi))) bv = sel[e], bi = e;
-      for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(kFull, bv, o);
-        const int oi = __shfl_xor_sync(kFull, bi, o);
-        if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) bv = ov, bi = oi;
-      }
-      if (lane == 0) wv[warp] = bv, wi[warp] = bi;
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float v = wv[0];
-        int id = wi[0];
-        for (int w = 1; w < nw; ++w)
-          if (wi[w] >= 0 && (id < 0 || better(wv[w], wi[w], v, id))) v = wv[w], id = wi[w];
-        chosen[i] = id;
-        taken[id] = 1.0f;
-      }
-      __syncthreads();
-    }
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float sum = 0;
-    for (int i = 0; i < k; ++i) sum += s[chosen[i]];
-    const float denom = norm ? std_max(sum, 6.103515625e-5f) : 1.0f;
-    for (int i = 0; i < k; ++i) {
-      experts[t * k + i] = chosen[i];
-      weights[t * k + i] = s[chosen[i]] / denom * scale;
-    }
-  }
+  extern __shared__ float sh[];  // [E] s, [E] sel
+  route_detail::route_token(logits + blockIdx.x * static_cast<int64_t>(a.n_expert), blockIdx.x, a, sh);
 }
 
 }  // namespace
@@ -558,15 +477,11 @@ void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* i
   check_launch("top_k");
 }
 
-void moe_route(const float* logits, const int32_t* tokens, int64_t rows, int64_t n_expert, int64_t k,
-               const float* bias, const int32_t* tid2eid, int64_t n_tid_rows, const int32_t* forced, bool norm,
-               float scale, int32_t* experts, float* weights, int* err, cudaStream_t s) {
+void moe_route(const float* logits, int64_t rows, const RouteArgs& a, cudaStream_t s) {
   if (rows <= 0) return;
-  if (k < 1 || k > 64 || k > n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", k, n_expert);
-  const size_t shm = static_cast<size_t>(3 * n_expert) * sizeof(float);
-  if (shm > 48 * 1024) fail("CUDA moe_route: {} experts exceed the kernel's shared memory", n_expert);
-  launch(k_moe_route, grid_for(rows, 1), 256, shm, s, logits, tokens, static_cast<int>(n_expert), static_cast<int>(k),
-         bias, tid2eid, n_tid_rows, forced, norm, scale, experts, weights, err);
+  if (a.k < 1 || a.k > 64 || a.k > a.n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", a.k, a.n_expert);
+  if (a.n_expert > kRouteMaxExperts) fail("CUDA moe_route: {} experts exceed the kernel's {}", a.n_expert, kRouteMaxExperts);
+  launch(k_moe_route, grid_for(rows, 1), 256, static_cast<size_t>(2 * a.n_expert) * sizeof(float), s, logits, a);
   check_launch("moe_route");
 }
 

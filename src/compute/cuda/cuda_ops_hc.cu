@@ -347,8 +347,9 @@ __global__ void k_hc_comb(const float* m, const float* scale, const float* base,
     hc_comb_warp<0>(m, scale, base, n_hc, iters, hc_eps, comb);
 }
 
-__global__ void k_hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc,
-                          int64_t n, float* Xout) {
+// y2 (optional): y + y2 first, the add op's float sum (hc_post_add).
+__global__ void k_hc_post(const float* y, const float* y2, const float* X, const float* post, const float* comb,
+                          int64_t rows, int n_hc, int64_t n, float* Xout) {
   pdl_begin();
   int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const int64_t per_row = n_hc * n;
@@ -358,7 +359,8 @@ __global__ void k_hc_post(const float* y, const float* X, const float* post, con
   const int64_t d = rem % n;
   const float* Xr = X + r * per_row;
   const float* cr = comb + r * n_hc * n_hc;
-  float acc = post[r * n_hc + j] * y[r * n + d];
+  const float yv = y2 ? y[r * n + d] + y2[r * n + d] : y[r * n + d];
+  float acc = post[r * n_hc + j] * yv;
   for (int i = 0; i < n_hc; ++i) acc += cr[i * n_hc + j] * Xr[i * n + d];
   Xout[t] = acc;
 }
@@ -420,10 +422,10 @@ void hc_comb(const float* mix, const float* scale, const float* base, int n_hc, 
 }
 
 void hc_post(const float* y, const float* X, const float* post, const float* comb, int64_t rows, int n_hc, int64_t n,
-             float* Xout, cudaStream_t s) {
+             float* Xout, cudaStream_t s, const float* y2) {
   if (rows <= 0 || n <= 0 || n_hc <= 0) return;
-  launch(k_hc_post, grid_for(rows * n_hc * n, 256), 256, 0, s, y, X, post, comb, rows, n_hc, n, Xout);
-  check_launch("hc_post");
+  launch(k_hc_post, grid_for(rows * n_hc * n, 256), 256, 0, s, y, y2, X, post, comb, rows, n_hc, n, Xout);
+  check_launch(y2 ? "hc_post (with the add)" : "hc_post");
 }
 
 }  // namespace ds4::cuda

@@ -63,6 +63,14 @@ void matmul(const DevMatrix& w, const float* x, int64_t rows, float* y, int64_t 
 void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, float* const* ys, bool float_acts,
                  cudaStream_t stream, const PreQ8* pre = nullptr);
 
+// The router of one token (router.cu): logits = w . x (one row; F32/F16/BF16 weights,
+// w.n_out == ra.n_expert <= kRouteMaxExperts) and the token's routing (cuda_ops.h moe_route, row
+// 0 of ra's tokens/experts/weights) in one launch: the block that finishes last routes. False,
+// launching nothing, when the weights' type or the shape is not one it takes. The counter it
+// uses is one per process: launches on one stream only (the backend's).
+struct RouteArgs;
+bool matmul_route(const DevMatrix& w, const float* x, float* logits, const RouteArgs& ra, cudaStream_t s);
+
 // Grouped rows: W's n_out rows split into `groups` equal groups; output row o of group g reads
 // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in long), i.e. group g's
 // slice (compute::Backend::matmul_grouped). groups = 1 is matmul.

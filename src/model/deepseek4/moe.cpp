@@ -34,13 +34,13 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
     ys = project(L.down_sh, hs, n_);
   }
 
-  FBuf logits = project(L.router, f, n_);
+  FBuf logits = buf(n_ * L.router.n_out);
   compute::Buffer<int32_t> experts(be_, static_cast<size_t>(n_ * K));
   FBuf weights = buf(n_ * K);
   compute::RouteParams rp{hp_.experts_in(il), K, L.router_bias, L.tid2eid, hp_.expert_weights_norm,
                           hp_.expert_weights_scale};
   if (bench_dev_ && !L.tid2eid) rp.forced = bench_dev_ + il * n_ * K;
-  be_.moe_route(logits.data(), tok_dev_, n_, rp, experts.data(), weights.data());
+  be_.moe_router(L.router, f.data(), n_, tok_dev_, rp, logits.data(), experts.data(), weights.data());
 
   FBuf y = buf(n_ * d);
   if (stream::ExpertProvider* xp = m_.options().experts) {
@@ -67,8 +67,10 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
                     y.data());
   }
 
-  if (L.has_shared) be_.add(y.data(), ys.data(), n_ * d);
-  hc_post(mix, y, X, Xout);
+  if (L.has_shared)
+    be_.hc_post_add(y.data(), ys.data(), X.data(), mix.post.data(), mix.comb.data(), n_, hp_.n_hc, d, Xout.data());
+  else
+    hc_post(mix, y, X, Xout);
 }
 
 }  // namespace ds4::model::deepseek4
