@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Issue 12's bar in one device call (H200: the 43-layer synthetic Flash q2 file needs ~87 GB):
+# Issue 12's bar in one device call (H200: the 43-layer synthetic Flash q2 file needs ~87 GB; on an
+# 80 GB H100 the same stages run on 34 layers, LAYERS to choose):
 #   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types $GEMV_TYPES,
 #      default flash-moe: the Flash MoE op, checked and timed);
 #   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times;
@@ -17,9 +18,10 @@ T0=$(date +%s); el() { echo $(( $(date +%s) - T0 )); }
 left() { [ "$(el)" -lt "${DEADLINE:-540}" ]; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-[ "$MEM" -gt 120000 ] || { echo "decode_bar: $MEM MiB of GPU memory: the 43-layer file needs an H200"; exit 2; }
-F=/dev/shm/flash43.gguf
-[ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --out $F > $OUT/synth.log 2>&1; \
+# 43 layers (86.7 GB) need an H200; an 80 GB H100 holds 34 (65 GB): same-call ratios only there.
+L=${LAYERS:-$([ "$MEM" -gt 120000 ] && echo 43 || echo 34)}
+F=/dev/shm/flash$L.gguf
+[ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --layers $L --out $F > $OUT/synth.log 2>&1; \
   echo synth_s=\$(( \$(date +%s) - t )) >> $OUT/synth.log" > /dev/null 2>&1 &)
 summary=()
 
@@ -35,10 +37,10 @@ if [ "${BACKEND_CHECK:-0}" = 1 ]; then
   summary+=("backend check rc=$rc: $(tail -1 "$OUT/backend_check.log")")
 fi
 while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
-summary+=("synth 43 layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
+summary+=("synth $L layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
 
-echo "== 43 layers, 2K (t=$(el))"
-FILE=$F LAYERS=43 CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
+echo "== $L layers, 2K (t=$(el))"
+FILE=$F LAYERS=$L CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
   DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
 for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
 
