@@ -661,6 +661,39 @@ void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int6
   }
 }
 
+// One position of attention_chunk (a decode step's attention sublayer): the default body stores
+// the row into the ring and attends; CUDA (DS4_CUDA_ATTN_STORE) reads the row from `fresh` and
+// stores it inside the scores kernel. Both the output and the whole ring must be the CPU's.
+void case_attention_chunk1(int64_t heads, int64_t hd, int64_t window, int64_t pos, int64_t ratio, int64_t n_idx) {
+  const int64_t n_comp = ratio > 0 ? (pos + 1) / ratio : 0, cap = std::max<int64_t>(1, n_comp);
+  std::vector<float> sinks_h = normal(heads, 2.0f);
+  const float* sinks = weight(sinks_h, "attn.sinks");
+  Pair<float> q(normal(heads * hd, 3.0f)), R(normal(window * hd)), fresh(normal(hd)), C(normal(cap * hd)),
+      out(heads * hd);
+  std::vector<int32_t> idx_h;
+  if (n_idx > 0) {
+    std::vector<int32_t> all(n_comp);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    idx_h.assign(all.begin(), all.begin() + n_idx);
+    std::sort(idx_h.begin(), idx_h.end());
+  }
+  Pair<int32_t> idx(idx_h.empty() ? std::vector<int32_t>{0} : idx_h);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  poison(out);
+  for (int b = 0; b < 2; ++b) {
+    Backend::AttnChunk k;
+    k.ring = R[b], k.window = window, k.fresh = fresh[b];
+    if (ratio > 0) k.comp = C[b], k.ratio = ratio, k.comp_capacity = cap;
+    if (n_idx > 0) k.idx = idx[b], k.n_idx = n_idx;
+    (b ? GPU : CPU)->attention_chunk(q[b], heads, hd, k, pos, 1, sinks, scale, out[b]);
+  }
+  const std::string s = shp({heads, hd}) + " w" + std::to_string(window) + " p" + std::to_string(pos) + " r" +
+                        std::to_string(ratio) + (n_idx ? " i" + std::to_string(n_idx) : "");
+  check_exact("attention_chunk x1 out", s, out);
+  check_exact("attention_chunk x1 ring", s, R);
+}
+
 void case_attention_bad_index() {
   std::vector<float> s_h(2, 0.0f);
   const float* sinks = weight(s_h, "attn.sinks.small");
@@ -974,6 +1007,11 @@ int main(int argc, char** argv) {
     case_attention(3, 40, 4, 9, 5, 2, false, true);
     case_attention(2, 64, 4, 2, 3, 0, false);
     case_attention(3, 40, 4, 9, 5, 2, false);                  // head_dim not a multiple of 32
+    case_attention_chunk1(64, 512, 128, 5, 0, 0);       // partial window, no compressed rows
+    case_attention_chunk1(64, 512, 128, 1000, 4, 0);    // window + every compressed row
+    case_attention_chunk1(64, 512, 128, 8191, 4, 512);  // window + indexer top-k
+    case_attention_chunk1(64, 512, 128, 65535, 128, 0);
+    case_attention_chunk1(3, 40, 4, 9, 2, 2);           // the generic kernels
     case_indexer(64, 128, 4096, false);
     case_indexer(64, 128, 16384, true);
     case_indexer(64, 128, 100, false);  // a partial block of keys

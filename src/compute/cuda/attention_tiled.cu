@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) k_attn_scores_tiled(const float
                                                                      float scale, float* S, int* err) {
   pdl_begin();
   constexpr int D = STEPS * 32;
+  attn_store_fresh(kv, D);
   constexpr int kGroupFloats = kSRows * D;
   __shared__ __align__(16) float rows_s[2][kGroupFloats];
   __shared__ const float* rows_p[TILE];

@@ -28,7 +28,10 @@ __device__ inline const float* attn_row(const AttnRows& kv, const AttnSpan& sp, 
                                         int* err) {
   if (r < sp.n_win) {
     const int64_t pp = sp.first_pos + r;
-    if (kv.fresh && pp >= kv.fresh_pos0) return kv.fresh + (pp - kv.fresh_pos0) * head_dim;
+    if (kv.fresh) {
+      const int64_t f0 = kv.fresh_pos0.get();
+      if (pp >= f0) return kv.fresh + (pp - f0) * head_dim;
+    }
     return kv.ring + (pp % kv.window) * head_dim;
   }
   int64_t c = r - sp.n_win;
@@ -41,6 +44,14 @@ __device__ inline const float* attn_row(const AttnRows& kv, const AttnSpan& sp, 
     c = v;
   }
   return kv.comp + c * head_dim;
+}
+
+// AttnRows::ring_store: the query's own row into its ring slot, by block (0, 0, 0) of the
+// first kernel of the attention (every scores kernel calls this first).
+__device__ inline void attn_store_fresh(const AttnRows& kv, int64_t head_dim) {
+  if (!kv.ring_store || (blockIdx.x | blockIdx.y | blockIdx.z) != 0) return;
+  float* dst = kv.ring_store + (kv.pos.get() % kv.window) * head_dim;
+  for (int64_t i = threadIdx.x; i < head_dim; i += blockDim.x) dst[i] = kv.fresh[i];
 }
 
 }  // namespace ds4::cuda

@@ -177,6 +177,9 @@ class CudaBackend final : public Backend {
   bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
   bool fuse_qkv_ = true;                 // DS4_CUDA_FUSE_QKV=0: attn_qkv_prep as its five ops
   bool post_add_ = true;                 // DS4_CUDA_POST_ADD=0: hc_post_add as add + hc_post
+  bool attn_store_ = true;               // DS4_CUDA_ATTN_STORE=0: a decode step's store_row as its own kernel
+  void attend(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
+              float* out, const float* fresh, float* ring);
   bool router_fused_ = true;             // DS4_CUDA_ROUTER_FUSED=0: moe_router as matmul + moe_route
   cuda::RouteArgs route_args(const int32_t* tokens, const RouteParams& p, int32_t* experts, float* weights);
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
@@ -348,6 +351,7 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
   post_add_ = cuda::env_switch("DS4_CUDA_POST_ADD", true);
+  attn_store_ = cuda::env_switch("DS4_CUDA_ATTN_STORE", true);
   router_fused_ = cuda::env_switch("DS4_CUDA_ROUTER_FUSED", true);
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
@@ -1043,8 +1047,14 @@ void CudaBackend::hc_post_add(float* y, const float* y2, const float* X, const f
 
 void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
                             float scale, float* out) {
+  attend(q, n_heads, head_dim, kv, sinks, scale, out, nullptr, nullptr);
+}
+
+void CudaBackend::attend(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks,
+                         float scale, float* out, const float* fresh, float* ring) {
   qact_forget();
-  Prof prof(this, kv.idx ? "attention (indexed)" : "attention");
+  Prof prof(this, fresh ? (kv.idx ? "attention (indexed) + store_row" : "attention + store_row")
+                        : (kv.idx ? "attention (indexed)" : "attention"));
   if (kv.window <= 0 || kv.pos < 0) fail("CUDA attention: window {} / position {}", kv.window, kv.pos);
   if (kv.idx && kv.n_idx > 0 && kv.n_comp <= 0) fail("CUDA attention: {} indices into no compressed rows", kv.n_idx);
   if (kv.ratio > 0 && kv.n_comp != (kv.pos + 1) / kv.ratio)
@@ -1063,6 +1073,11 @@ void CudaBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, c
   // Rows a replay at a later position may visit: the whole window, and up to the capacity.
   const int64_t n_sel = kv.idx ? kv.n_idx : (rec_ ? kv.comp_capacity : kv.n_comp);
   r.max_rows = (rec_ ? kv.window : n_win) + (kv.comp ? n_sel : 0);
+  if (fresh) {  // the query's own row from `fresh`, stored into `ring` (kv.ring) by the first kernel
+    r.fresh = fresh;
+    r.fresh_pos0 = dpos(kv.pos);
+    r.ring_store = ring;
+  }
   if (n_sel > 0 && !kv.comp) fail("CUDA attention: compressed rows requested without a comp buffer");
   const float* s = weight_f(sinks, n_heads, "attention", "sinks");
   if (!s) fail("CUDA attention: sinks are required");
@@ -1191,6 +1206,14 @@ void CudaBackend::indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t cou
 
 void CudaBackend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv,
                                   int64_t pos0, int64_t count, const float* sinks, float scale, float* out) {
+  if (count == 1 && attn_store_) {  // the default body's one iteration, its store_row in the attention
+    AttnKv a{kv.ring, kv.window, pos0};
+    if (kv.comp) {
+      a.comp = kv.comp, a.n_comp = (pos0 + 1) / kv.ratio, a.ratio = kv.ratio, a.comp_capacity = kv.comp_capacity;
+      if (kv.idx && a.n_comp > kv.n_idx) a.idx = kv.idx, a.n_idx = kv.n_idx;
+    }
+    return attend(q, n_heads, head_dim, a, sinks, scale, out, kv.fresh, kv.ring);
+  }
   if (count <= 1 || rec_ || !chunk_ops_)
     return Backend::attention_chunk(q, n_heads, head_dim, kv, pos0, count, sinks, scale, out);
   qact_forget();
@@ -1210,7 +1233,7 @@ void CudaBackend::attention_chunk(const float* q, int64_t n_heads, int64_t head_
   r.n_idx = kv.n_idx;
   r.idx_per_query = true;
   r.fresh = kv.fresh;
-  r.fresh_pos0 = pos0;
+  r.fresh_pos0 = cuda::DevPos{nullptr, pos0};
   // An indexed query visits n_idx rows, any other at most max_comp (<= n_idx when idx is given).
   const int64_t n_sel = !kv.comp ? 0 : kv.idx ? std::min(kv.n_idx, max_comp) : max_comp;
   r.max_rows = std::min(kv.window, last + 1) + n_sel;

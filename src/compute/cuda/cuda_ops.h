@@ -149,8 +149,12 @@ struct AttnRows {
   // ring; with idx_per_query, query z uses idx + z*n_idx only when it sees more than n_idx
   // compressed rows, and all of them otherwise.
   const float* fresh = nullptr;
-  int64_t fresh_pos0 = 0;
+  DevPos fresh_pos0;
   bool idx_per_query = false;
+  // One query (decode) only: ring_store[(pos % window) * head_dim ..] = fresh (store_row), done
+  // by the first kernel's block (0, 0, 0). The query reads its own row from `fresh` (fresh_pos0
+  // = pos) and no other row of its window sits in that slot, so no read waits for the store.
+  float* ring_store = nullptr;
 };
 // q, out: n_queries rows of [n_heads][head_dim]; max_rows bounds every query's rows.
 void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, const float* sinks, float scale,

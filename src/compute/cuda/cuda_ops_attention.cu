@@ -69,6 +69,7 @@ int attn_rows_chunk() {
 __global__ void k_attn_scores(const float* q, int64_t n_heads, int64_t head_dim, AttnRows kv, float scale, float* S,
                               int* err, int rows_per_block) {
   pdl_begin();
+  attn_store_fresh(kv, head_dim);
   const int64_t h = static_cast<int64_t>(blockIdx.y) * kAttnHeads + (threadIdx.x >> 5);
   if (h >= n_heads) return;  // whole warp
   const AttnSpan sp = attn_span(kv);
@@ -335,6 +336,7 @@ void attention(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows
   if (n_heads > 65535 * kAttnHeads) fail("CUDA attention: {} heads exceed the grid", n_heads);
   if (n_queries > 1 && (!kv.idx_per_query && kv.idx))
     fail("CUDA attention: {} queries share one selection", n_queries);
+  if (kv.ring_store && (n_queries != 1 || !kv.fresh)) fail("CUDA attention: a ring store needs one query and its row");
   const int64_t rows = kv.max_rows;
   if (rows <= 0) fail("CUDA attention: no rows to visit");
   // Queries of a chunk run in groups whose scores fit a bounded scratch (256 MiB).
