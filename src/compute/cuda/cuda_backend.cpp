@@ -192,7 +192,16 @@ class CudaBackend final : public Backend {
   float* qact_d_ = nullptr;
   const float* qact_src_ = nullptr;
   cuda::PreQ8 qact_view_;
-  void qact_forget() { qact_src_ = nullptr; }
+  void qact_forget() { qact_src_ = nullptr, q8k_src_ = nullptr; }
+  // DS4_CUDA_ROUTER_Q8K (with the fused router): moe_router also writes its input row's Q8_K
+  // quantization (cuda::PreQ8K), which the moe_experts right after it reads for the same row
+  // instead of quantizing it again. Forgotten at any other op (qact_forget; the matmuls too).
+  bool router_q8k_ = true;
+  int8_t* q8k_qs_ = nullptr;
+  float* q8k_d_ = nullptr;
+  int16_t* q8k_bs_ = nullptr;
+  const float* q8k_src_ = nullptr;
+  cuda::PreQ8K q8k_view_;
   cuda::Q8Out qact_prepare(int64_t rows, int64_t n);
   void qact_commit(const cuda::Q8Out& q, const float* y, int64_t n);
   const cuda::PreQ8* qact_for(const float* x, int64_t rows) const;
@@ -361,6 +370,14 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
     check(cudaMalloc(reinterpret_cast<void**>(&qact_d_), kQactCap / 32 * sizeof(float)),
           "cudaMalloc(activation Q8_0 scales)");
   }
+  router_q8k_ = router_fused_ && cuda::env_switch("DS4_CUDA_ROUTER_Q8K", true) && !opt_.float_activations;
+  if (router_q8k_) {
+    check(cudaMalloc(reinterpret_cast<void**>(&q8k_qs_), kQactCap), "cudaMalloc(activation Q8_K copy)");
+    check(cudaMalloc(reinterpret_cast<void**>(&q8k_d_), kQactCap / 256 * sizeof(float)),
+          "cudaMalloc(activation Q8_K scales)");
+    check(cudaMalloc(reinterpret_cast<void**>(&q8k_bs_), kQactCap / 16 * sizeof(int16_t)),
+          "cudaMalloc(activation Q8_K sums)");
+  }
   // Room for the largest extra inputs once: recorded graphs keep reading these addresses.
   const size_t step_words = 2 + kMaxStepExtra;
   check(cudaMalloc(reinterpret_cast<void**>(&d_step_), step_words * sizeof(int32_t)), "cudaMalloc(step inputs)");
@@ -383,6 +400,9 @@ CudaBackend::~CudaBackend() {
   if (h_step_) cudaFreeHost(h_step_);
   if (qact_qs_) cudaFree(qact_qs_);
   if (qact_d_) cudaFree(qact_d_);
+  if (q8k_qs_) cudaFree(q8k_qs_);
+  if (q8k_d_) cudaFree(q8k_d_);
+  if (q8k_bs_) cudaFree(q8k_bs_);
   for (auto& [k, p] : q8_splits_) cudaFree(p);
   cuda::block_cache().trim();
   if (prof_) {
@@ -858,6 +878,7 @@ void CudaBackend::with_q8_split(cuda::DevMatrix& dm, int64_t) {
 
 void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y, int64_t x_stride,
                          int64_t y_stride) {
+  q8k_src_ = nullptr;
   Prof prof(this, prof_ ? fmt::format("matmul {} {}x{}", traits(w.type).name, w.n_out, w.n_in) : std::string());
   if (rows <= 0) return;
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
@@ -870,6 +891,7 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
 
 void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x, int64_t rows,
                               std::span<float* const> ys) {
+  q8k_src_ = nullptr;
   Prof prof(this, prof_ ? fmt::format("matmul_many x{}", ws.size()) : std::string());
   if (ws.size() != ys.size()) fail("CUDA matmul_many: {} matrices but {} outputs", ws.size(), ys.size());
   if (rows <= 0 || ws.empty()) return;
@@ -887,6 +909,7 @@ void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x,
 
 void CudaBackend::matmul_grouped(const Matrix& w, int64_t groups, const float* x, int64_t rows, float* y,
                                  int64_t x_stride, int64_t y_stride) {
+  q8k_src_ = nullptr;
   Prof prof(this, prof_ ? fmt::format("matmul_grouped {} {}x{} /{}", traits(w.type).name, w.n_out, w.n_in, groups)
                         : std::string());
   if (rows <= 0) return;
@@ -1438,7 +1461,12 @@ void CudaBackend::moe_router(const Matrix& router, const float* x, int64_t rows,
     qact_forget();
     Prof prof(this, "moe_router (fused)");
     const cuda::DevMatrix dm = dev_matrix(router, "moe_router", "router");
-    if (cuda::matmul_route(dm, x, logits, route_args(tokens, p, experts, weights), stream_)) return;
+    const bool q8k = router_q8k_ && router.n_in <= kQactCap && router.n_in % 256 == 0;
+    q8k_view_ = {q8k_qs_, q8k_d_, q8k_bs_, router.n_in};
+    if (cuda::matmul_route(dm, x, logits, route_args(tokens, p, experts, weights), stream_, q8k ? &q8k_view_ : nullptr)) {
+      if (q8k) q8k_src_ = x;
+      return;
+    }
   }
   Backend::moe_router(router, x, rows, tokens, p, logits, experts, weights);
 }
@@ -1446,6 +1474,8 @@ void CudaBackend::moe_router(const Matrix& router, const float* x, int64_t rows,
 void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const ExpertSet& down, const float* x,
                               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit,
                               float* y) {
+  // The fused router's Q8_K copy of this row, if it ran right before (DS4_CUDA_ROUTER_Q8K).
+  const cuda::PreQ8K* xq = q8k_src_ && q8k_src_ == x && rows == 1 ? &q8k_view_ : nullptr;
   qact_forget();
   Prof prof(this, prof_ ? fmt::format("moe_experts {}/{} k{}", traits(gate.first.type).name, traits(down.first.type).name, k)
                         : std::string());
@@ -1455,7 +1485,7 @@ void CudaBackend::moe_experts(const ExpertSet& gate, const ExpertSet& up, const 
       fail("CUDA moe_experts: weight type {} is not supported", traits(e->first.type).name);
   cuda::moe_experts(dev_experts(gate, "moe_experts", "gate"), dev_experts(up, "moe_experts", "up"),
                     dev_experts(down, "moe_experts", "down"), x, experts, weights, rows, k, limit, y,
-                    opt_.float_activations, stream_);
+                    opt_.float_activations, stream_, xq);
 }
 
 }  // namespace

@@ -68,60 +68,15 @@ __global__ void __launch_bounds__(kThreads) k_quant_q8_0(const float* x, int64_t
   q8_0_block_warp(x[r * x_stride + 32 * b + lane], lane, qs + r * n + 32 * b, d + blk);
 }
 
-// quant::quantize_row_q8_K: one warp per 256-value block, lane l holds values 8l .. 8l+7.
+// quant::quantize_row_q8_K: one warp per 256-value block (q8_K_block_warp).
 __global__ void __launch_bounds__(kThreads) k_quant_q8_K(const float* x, int64_t rows, int64_t n, int64_t x_stride,
                                                          int8_t* qs, float* d, int16_t* bs) {
   pdl_begin();
-  const int lane = threadIdx.x & 31;
   const int64_t nb = n / 256;
   const int64_t blk = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
   if (blk >= rows * nb) return;
   const int64_t r = blk / nb, b = blk % nb;
-  const float* xr = x + r * x_stride + 256 * b + 8 * lane;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) v[j] = xr[j];
-  // The first value of largest magnitude (the CPU scans with a strict >, from amax = 0).
-  float amax = 0.0f, vmax = 0.0f;
-  int idx = INT_MAX;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const float a = fabsf(v[j]);
-    if (a > amax) amax = a, vmax = v[j], idx = 8 * lane + j;
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) {
-    const float oa = __shfl_xor_sync(0xffffffffu, amax, off);
-    const float ov = __shfl_xor_sync(0xffffffffu, vmax, off);
-    const int oi = __shfl_xor_sync(0xffffffffu, idx, off);
-    if (oa > amax || (oa == amax && oi < idx)) amax = oa, vmax = ov, idx = oi;
-  }
-  int8_t* q = qs + r * n + 256 * b + 8 * lane;
-  int16_t* bsum = bs + blk * 16;
-  if (amax == 0.0f) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = 0;
-    if ((lane & 1) == 0) bsum[lane / 2] = 0;
-    if (lane == 0) d[blk] = 0.0f;
-    return;
-  }
-  const float iscale = __fdiv_rn(-127.0f, vmax);
-  int sum = 0;
-  uint32_t packed[2] = {0, 0};
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    // k_quant_search.h nearest_int: add 1.5*2^23, keep the low mantissa bits.
-    const float t = __fadd_rn(__fmul_rn(iscale, v[j]), 12582912.0f);
-    int vi = static_cast<int>(__float_as_uint(t) & 0x007fffffu) - 0x00400000;
-    vi = vi < 127 ? vi : 127;
-    const int8_t qi = static_cast<int8_t>(vi);
-    sum += qi;
-    packed[j / 4] |= static_cast<uint32_t>(static_cast<uint8_t>(qi)) << (8 * (j % 4));
-  }
-  *reinterpret_cast<uint2*>(q) = make_uint2(packed[0], packed[1]);
-  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-  if ((lane & 1) == 0) bsum[lane / 2] = static_cast<int16_t>(sum);
-  if (lane == 0) d[blk] = __fdiv_rn(1.0f, iscale);
+  q8_K_block_warp(x + r * x_stride + 256 * b, threadIdx.x & 31, qs + r * n + 256 * b, d + blk, bs + blk * 16);
 }
 
 // ---- matmul kernel -------------------------------------------------------------------------

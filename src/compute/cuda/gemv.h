@@ -42,6 +42,15 @@ struct PreQ8 {
   int64_t n = 0;
 };
 
+// The same for Q8_K (qs: n bytes, d: n/256 floats, bs: n/16 group sums), the routed experts'
+// activation format: written by the fused router (matmul_route) for the MoE op that follows.
+struct PreQ8K {
+  int8_t* qs = nullptr;
+  float* d = nullptr;
+  int16_t* bs = nullptr;
+  int64_t n = 0;
+};
+
 // Q8_0 rows in the split layout: row o at dst + o * (nb * 34), its nb blocks' 32 quants first
 // (block b at 32 * b, 16-byte aligned when nb % 8 == 0), then their nb f16 scales. Same bytes,
 // same size; the file's layout (a 2-byte scale before each block's quants) stays in `w.data`.
@@ -68,8 +77,10 @@ void matmul_many(const DevMatrix* ws, int count, const float* x, int64_t rows, f
 // 0 of ra's tokens/experts/weights) in one launch: the block that finishes last routes. False,
 // launching nothing, when the weights' type or the shape is not one it takes. The counter it
 // uses is one per process: launches on one stream only (the backend's).
+// With xq (its n == w.n_in, a multiple of 256), the launch also writes x's Q8_K quantization there.
 struct RouteArgs;
-bool matmul_route(const DevMatrix& w, const float* x, float* logits, const RouteArgs& ra, cudaStream_t s);
+bool matmul_route(const DevMatrix& w, const float* x, float* logits, const RouteArgs& ra, cudaStream_t s,
+                  const PreQ8K* xq = nullptr);
 
 // Grouped rows: W's n_out rows split into `groups` equal groups; output row o of group g reads
 // elements [g*n_in, (g+1)*n_in) of the activation row (groups*n_in long), i.e. group g's
@@ -81,8 +92,10 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
 // e = experts[t*k+i], h = silu(min(g,limit)) * clamp(u,-limit,limit) * weights[t*k+i] with
 // g = gate_e . x[t], u = up_e . x[t] (limit <= 0: no clamp); out = down_e . h; y[t] = sum over
 // i in slot order (y overwritten; x, y: rows x gate.n_in). Expert ids are read on the device.
+// xq (optional, one row): x's Q8_K quantization already on the device (the caller vouches that
+// it is x's); the one-token warp kernels use it instead of quantizing x again.
 void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
                  const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
-                 bool float_acts, cudaStream_t stream);
+                 bool float_acts, cudaStream_t stream, const PreQ8K* xq = nullptr);
 
 }  // namespace ds4::cuda

@@ -552,13 +552,15 @@ bool moe_down_sum() {
 // Both projections on the warp kernels; h: pairs x n_ff scratch.
 void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
               const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* h, float* y,
-              cudaStream_t stream) {
+              cudaStream_t stream, const PreQ8K* xq) {
   const int64_t n_embd = gate.first.n_in, n_ff = gate.first.n_out, pairs = rows * k;
   const uint2* grid = iq2_grid_address();
   constexpr int64_t kMaxY = 65535;
   if (moe_pair()) {
-    Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
-    const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    const bool pre = xq && rows == 1 && xq->n == n_embd;
+    Scratch xbuf(pre ? 0 : act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
+    const ActQ aq = pre ? ActQ{xq->qs, xq->d, xq->bs, n_embd}
+                        : quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xbuf.get(), stream);
     with_warp_format(gate.first.type, [&](auto w) {
       using W = decltype(w);
       auto run = [&](auto kernel, int64_t rows_per_warp) {
@@ -585,8 +587,10 @@ void warp_moe(const DevExperts& gate, const DevExperts& up, const DevExperts& do
       }
     });
   } else {
-    Scratch xq(act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
-    const ActQ aq = quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xq.get(), stream);
+    const bool pre = xq && rows == 1 && xq->n == n_embd;
+    Scratch xbuf(pre ? 0 : act_bytes(GgmlType::Q8_K, rows, n_embd), stream);
+    const ActQ aq = pre ? ActQ{xq->qs, xq->d, xq->bs, n_embd}
+                        : quantize_acts(GgmlType::Q8_K, x, rows, n_embd, n_embd, xbuf.get(), stream);
     Scratch gub(static_cast<size_t>(pairs) * 2 * static_cast<size_t>(n_ff) * sizeof(float), stream);
     float* gu = static_cast<float*>(gub.get());
     with_warp_format(gate.first.type, [&](auto w) {
@@ -674,7 +678,7 @@ using namespace gemv_detail;
 
 void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts& down, const float* x,
                  const int32_t* experts, const float* weights, int64_t rows, int64_t k, float limit, float* y,
-                 bool float_acts, cudaStream_t stream) {
+                 bool float_acts, cudaStream_t stream, const PreQ8K* xq) {
   if (rows < 0 || k <= 0) fail("CUDA moe_experts: bad rows {} / k {}", rows, k);
   check_experts(gate, "moe_experts gate");
   check_experts(up, "moe_experts up");
@@ -713,7 +717,7 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
   }
   static const bool staged_only = std::getenv("DS4_CUDA_STAGED_MOE") != nullptr;  // A/B against the staged kernels
   if (warp_moe_applies(gate, down) && !staged_only) {
-    warp_moe(gate, up, down, x, experts, weights, rows, k, limit, h, y, stream);
+    warp_moe(gate, up, down, x, experts, weights, rows, k, limit, h, y, stream, xq);
     return;
   }
 
@@ -723,8 +727,8 @@ void moe_experts(const DevExperts& gate, const DevExperts& up, const DevExperts&
       launch_xgate_up<F>(gate, up, ActQ{}, x, experts, weights, pairs, k, limit, h, stream);
     } else {
       const GgmlType at = quant::vec_dot_type(gate.first.type);
-      Scratch xq(act_bytes(at, rows, n_embd), stream);
-      const ActQ aq = quantize_acts(at, x, rows, n_embd, n_embd, xq.get(), stream);
+      Scratch xbuf(act_bytes(at, rows, n_embd), stream);
+      const ActQ aq = quantize_acts(at, x, rows, n_embd, n_embd, xbuf.get(), stream);
       launch_xgate_up<F>(gate, up, aq, x, experts, weights, pairs, k, limit, h, stream);
     }
   });
