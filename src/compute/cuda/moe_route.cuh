@@ -85,7 +85,7 @@ __device__ inline void route_token(const float* lg, int64_t t, const RouteArgs& 
         const int oi = __shfl_xor_sync(kFull, bi, o);
         if (oi >= 0 && (bi < 0 || better(ov, oi, bv, bi))) bv = ov, bi = oi;
       }
-      if ((bi & 31) == lane) taken |= 1u << (bi >> 5);
+      if (bi >= 0 && (bi & 31) == lane) taken |= 1u << (bi >> 5);
       if (lane == 0) chosen[i] = bi;
     }
   }
