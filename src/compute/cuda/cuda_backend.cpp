@@ -1441,8 +1441,7 @@ cuda::RouteArgs CudaBackend::route_args(const int32_t* tokens, const RouteParams
     n_tid_rows = static_cast<int64_t>(weight_tail(p.tid2eid) / row);
     tid = reinterpret_cast<const int32_t*>(weight(p.tid2eid, row, "moe_route", "tid2eid"));
   }
-  if (p.n_expert > cuda::kRouteMaxExperts || p.k > p.n_expert)
-    fail("CUDA moe_route: {} experts, k = {} (at most {} experts)", p.n_expert, p.k, cuda::kRouteMaxExperts);
+  if (p.k < 1 || p.k > 64 || p.k > p.n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", p.k, p.n_expert);
   // p.forced is backend (device) memory like `tokens`: no translation.
   return {tokens, static_cast<int>(p.n_expert), static_cast<int>(p.k), bias, tid, n_tid_rows, p.forced, p.norm,
           p.scale, experts, weights, d_err_};

@@ -171,7 +171,8 @@ void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* i
            int64_t n_queries = 1, int64_t skip_k = -1);
 // The MoE router's selection (backend.h moe_route) of rows tokens, one block each (moe_route.cuh;
 // the router product that ends in it, gemv.h matmul_route, shares the routine): logits are rows x
-// n_expert, n_expert <= kRouteMaxExperts, 1 <= k <= min(64, n_expert).
+// n_expert (3 * n_expert floats fit 48 KiB), 1 <= k <= min(64, n_expert). The fused router's
+// one-warp top k takes at most kRouteMaxExperts.
 constexpr int kRouteMaxExperts = 512;
 struct RouteArgs {
   const int32_t* tokens;    // device, one id per token (hash routing reads it)

@@ -324,8 +324,8 @@ __global__ void __launch_bounds__(kTopKThreads) k_top_k(const float* scores, Dev
 
 __global__ void k_moe_route(const float* logits, RouteArgs a) {
   pdl_begin();
-  extern __shared__ float sh[];  // [E] s, [E] sel
-  route_detail::route_token(logits + blockIdx.x * static_cast<int64_t>(a.n_expert), blockIdx.x, a, sh);
+  extern __shared__ float sh[];  // [E] s, [E] sel, [E] taken
+  route_detail::route_token<false>(logits + blockIdx.x * static_cast<int64_t>(a.n_expert), blockIdx.x, a, sh);
 }
 
 }  // namespace
@@ -482,8 +482,9 @@ void top_k(const float* scores, DevCount n, int64_t max_n, int64_t k, int32_t* i
 void moe_route(const float* logits, int64_t rows, const RouteArgs& a, cudaStream_t s) {
   if (rows <= 0) return;
   if (a.k < 1 || a.k > 64 || a.k > a.n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", a.k, a.n_expert);
-  if (a.n_expert > kRouteMaxExperts) fail("CUDA moe_route: {} experts exceed the kernel's {}", a.n_expert, kRouteMaxExperts);
-  launch(k_moe_route, grid_for(rows, 1), 256, static_cast<size_t>(2 * a.n_expert) * sizeof(float), s, logits, a);
+  const size_t shm = static_cast<size_t>(3 * a.n_expert) * sizeof(float);
+  if (shm > 48 * 1024) fail("CUDA moe_route: {} experts exceed the kernel's shared memory", a.n_expert);
+  launch(k_moe_route, grid_for(rows, 1), 256, shm, s, logits, a);
   check_launch("moe_route");
 }
 

@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (!last) return;
   __threadfence();
   if (threadIdx.x == 0) g_route_done = 0;  // for the next launch (stream order: it starts after this one)
-  route_detail::route_token(logits, 0, ra, reinterpret_cast<float*>(smem4));
+  route_detail::route_token<true>(logits, 0, ra, reinterpret_cast<float*>(smem4));
 }
 
 template <class F>
