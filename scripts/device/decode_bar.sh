@@ -5,7 +5,8 @@
 #      default flash-moe: the Flash MoE op, checked and timed);
 #   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times;
 #   3. decode at 16K and 64K (CTXS) with the default switches;
-#   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check)
+#   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check; SKIP_AB=1: no file,
+#   no A/B; CTXS="": no long contexts; SKIP_PARITY=1, SKIP_PROFILE=1)
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
 #   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
 # Carry .devrun (make cuda; scripts/device/pack_devrun.sh build-cuda). Logs under $OUT.
@@ -21,7 +22,7 @@ MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 # 43 layers (86.7 GB) need an H200; an 80 GB H100 holds 34 (65 GB): same-call ratios only there.
 L=${LAYERS:-$([ "$MEM" -gt 120000 ] && echo 43 || echo 34)}
 F=/dev/shm/flash$L.gguf
-[ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --layers $L --out $F > $OUT/synth.log 2>&1; \
+[ "${SKIP_AB:-0}" = 1 ] || [ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --layers $L --out $F > $OUT/synth.log 2>&1; \
   echo synth_s=\$(( \$(date +%s) - t )) >> $OUT/synth.log" > /dev/null 2>&1 &)
 summary=()
 
@@ -36,15 +37,17 @@ if [ "${BACKEND_CHECK:-0}" = 1 ]; then
   grep -E "^time (${CHECK_TIMES:-hc_post|add \+|moe_route|matmul \+})" "$OUT/backend_check.log"
   summary+=("backend check rc=$rc: $(tail -1 "$OUT/backend_check.log")")
 fi
-while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
-summary+=("synth $L layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
+if [ "${SKIP_AB:-0}" != 1 ]; then
+  while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
+  summary+=("synth $L layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
 
-echo "== $L layers, 2K (t=$(el))"
-FILE=$F LAYERS=$L CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
-  DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
-for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
+  echo "== $L layers, 2K (t=$(el))"
+  FILE=$F LAYERS=$L CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
+    DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
+  for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
+fi
 
-for ctx in ${CTXS:-16384 65536}; do
+for ctx in ${CTXS-16384 65536}; do
   left || break
   echo "== ctx $ctx (t=$(el))"
   timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
@@ -68,4 +71,4 @@ fi
 
 echo "==== summary (t=$(el) s) ===="
 printf '%s\n' "${summary[@]}"
-cat "$OUT/ab2k.txt"
+cat "$OUT/ab2k.txt" 2>/dev/null
