@@ -583,6 +583,17 @@ std::vector<float> quarter_ints(size_t n) {
   return v;
 }
 
+// n_idx of the rows 0 .. n_comp-1, drawn at random, ascending (an indexer's top-k selection).
+std::vector<int32_t> chosen_rows(int64_t n_comp, int64_t n_idx) {
+  if (n_idx <= 0) return {};
+  std::vector<int32_t> all(n_comp);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  std::vector<int32_t> idx(all.begin(), all.begin() + n_idx);
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
 void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int64_t n_comp, int64_t n_idx,
                     bool time_it, bool exact_dots = false) {
   const size_t nq = heads * hd, nr = window * hd, nc = std::max<int64_t>(1, n_comp) * hd;
@@ -591,14 +602,7 @@ void case_attention(int64_t heads, int64_t hd, int64_t window, int64_t pos, int6
   std::vector<float> comp = exact_dots ? quarter_ints(nc) : normal(nc);
   std::vector<float> sinks_h = normal(heads, 2.0f);
   const float* sinks = weight(sinks_h, "attn.sinks");
-  std::vector<int32_t> idx_h;
-  if (n_idx > 0) {
-    std::vector<int32_t> all(n_comp);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng);
-    idx_h.assign(all.begin(), all.begin() + n_idx);
-    std::sort(idx_h.begin(), idx_h.end());
-  }
+  const std::vector<int32_t> idx_h = chosen_rows(n_comp, n_idx);
   Pair<float> q(qh), R(ring), C(comp), out(heads * hd);
   std::unique_ptr<Pair<int32_t>> idx;
   if (n_idx > 0) idx = std::make_unique<Pair<int32_t>>(idx_h);
@@ -670,14 +674,7 @@ void case_attention_chunk1(int64_t heads, int64_t hd, int64_t window, int64_t po
   const float* sinks = weight(sinks_h, "attn.sinks");
   Pair<float> q(normal(heads * hd, 3.0f)), R(normal(window * hd)), fresh(normal(hd)), C(normal(cap * hd)),
       out(heads * hd);
-  std::vector<int32_t> idx_h;
-  if (n_idx > 0) {
-    std::vector<int32_t> all(n_comp);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng);
-    idx_h.assign(all.begin(), all.begin() + n_idx);
-    std::sort(idx_h.begin(), idx_h.end());
-  }
+  const std::vector<int32_t> idx_h = chosen_rows(n_comp, n_idx);
   Pair<int32_t> idx(idx_h.empty() ? std::vector<int32_t>{0} : idx_h);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   poison(out);
