@@ -9,8 +9,9 @@
 #   no A/B; CTXS="": no long contexts; SKIP_PARITY=1, SKIP_PROFILE=1)
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
 #   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
-# Carry .devrun (make cuda; scripts/device/pack_devrun.sh build-cuda). Logs under $OUT.
-#   DS4_ROOT=$PWD OUT=$OUT VARIANTS="old:DS4_CUDA_IQ2_NIB=0,DS4_CUDA_FMANY=0 new:" bash .devrun/decode_bar.sh
+# Needs .devrun (make cuda; scripts/device/pack_lean.sh build-cuda ..., carried as .devpack and
+# unpacked first: docs/TESTING.md). Logs under $OUT.
+#   DS4_ROOT=$PWD OUT=$OUT VARIANTS="old:DS4_CUDA_IQ2_NIB=0,DS4_CUDA_FMANY=0 new:" bash scripts/device/decode_bar.sh
 set -u
 ROOT=${DS4_ROOT:-$PWD}; DR=$ROOT/.devrun; B=$DR/bin
 export LD_LIBRARY_PATH=$DR/lib:${LD_LIBRARY_PATH:-}
@@ -48,7 +49,7 @@ if [ "${SKIP_AB:-0}" != 1 ]; then
 fi
 
 for ctx in ${CTXS-16384 65536}; do
-  left || break
+  left && [ -f $F ] || break
   echo "== ctx $ctx (t=$(el))"
   timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
     --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
@@ -62,7 +63,7 @@ if left && [ "${SKIP_PARITY:-0}" != 1 ]; then
   summary+=("parity lines with max|dlogit| != 0: $(grep 'max|dlogit|' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
 fi
 
-if left && [ "${SKIP_PROFILE:-0}" != 1 ]; then
+if left && [ -f $F ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then
   echo "== profile (t=$(el))"
   DS4_CUDA_PROFILE=graph timeout 120 "$B/ds4-bench" -m $F --backend cuda --ctx-start 2048 --ctx-max 2048 \
     --gen-tokens 16 > "$OUT/profile.log" 2>&1

@@ -389,6 +389,15 @@ class Backend {
     int64_t ratio = 0, comp_capacity = 0;
     const int32_t* idx = nullptr;
     int64_t n_idx = 0;
+    // What attention() sees for query t at position p (the contract above).
+    AttnKv at(int64_t t, int64_t p) const {
+      AttnKv a{ring, window, p};
+      if (comp) {
+        a.comp = comp, a.n_comp = (p + 1) / ratio, a.ratio = ratio, a.comp_capacity = comp_capacity;
+        if (idx && a.n_comp > n_idx) a.idx = idx + t * n_idx, a.n_idx = n_idx;
+      }
+      return a;
+    }
   };
   virtual void attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv, int64_t pos0,
                                int64_t count, const float* sinks, float scale, float* out);

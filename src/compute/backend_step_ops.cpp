@@ -62,18 +62,7 @@ void Backend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim,
   for (int64_t t = 0; t < count; ++t) {
     const int64_t p = pos0 + t;
     store_row(kv.ring, kv.window, head_dim, p, kv.fresh + t * head_dim);
-    AttnKv a{kv.ring, kv.window, p};
-    if (kv.comp) {
-      a.comp = kv.comp;
-      a.n_comp = (p + 1) / kv.ratio;
-      a.ratio = kv.ratio;
-      a.comp_capacity = kv.comp_capacity;
-      if (kv.idx && a.n_comp > kv.n_idx) {
-        a.idx = kv.idx + t * kv.n_idx;
-        a.n_idx = kv.n_idx;
-      }
-    }
-    attention(q + t * qn, n_heads, head_dim, a, sinks, scale, out + t * qn);
+    attention(q + t * qn, n_heads, head_dim, kv.at(t, p), sinks, scale, out + t * qn);
   }
 }
 

@@ -197,7 +197,7 @@ class CudaBackend final : public Backend {
   // DS4_CUDA_ROUTER_Q8K (with the fused router): moe_router also writes its input row's Q8_K
   // quantization (cuda::PreQ8K), which the moe_experts right after it reads for the same row
   // instead of quantizing it again. Forgotten at any other op (qact_forget; the matmuls too).
-  bool router_q8k_ = true;
+  bool router_q8k_ = false;
   int8_t* q8k_qs_ = nullptr;
   float* q8k_d_ = nullptr;
   int16_t* q8k_bs_ = nullptr;
@@ -1230,14 +1230,8 @@ void CudaBackend::indexer_chunk(const IndexerChunk& c, int64_t pos0, int64_t cou
 
 void CudaBackend::attention_chunk(const float* q, int64_t n_heads, int64_t head_dim, const AttnChunk& kv,
                                   int64_t pos0, int64_t count, const float* sinks, float scale, float* out) {
-  if (count == 1 && attn_store_) {  // the default body's one iteration, its store_row in the attention
-    AttnKv a{kv.ring, kv.window, pos0};
-    if (kv.comp) {
-      a.comp = kv.comp, a.n_comp = (pos0 + 1) / kv.ratio, a.ratio = kv.ratio, a.comp_capacity = kv.comp_capacity;
-      if (kv.idx && a.n_comp > kv.n_idx) a.idx = kv.idx, a.n_idx = kv.n_idx;
-    }
-    return attend(q, n_heads, head_dim, a, sinks, scale, out, kv.fresh, kv.ring);
-  }
+  if (count == 1 && attn_store_)  // the default body's one iteration, its store_row in the attention
+    return attend(q, n_heads, head_dim, kv.at(0, pos0), sinks, scale, out, kv.fresh, kv.ring);
   if (count <= 1 || rec_ || !chunk_ops_)
     return Backend::attention_chunk(q, n_heads, head_dim, kv, pos0, count, sinks, scale, out);
   qact_forget();
@@ -1441,6 +1435,7 @@ cuda::RouteArgs CudaBackend::route_args(const int32_t* tokens, const RouteParams
     n_tid_rows = static_cast<int64_t>(weight_tail(p.tid2eid) / row);
     tid = reinterpret_cast<const int32_t*>(weight(p.tid2eid, row, "moe_route", "tid2eid"));
   }
+  // Checked before RouteArgs narrows the counts to int (cuda::moe_route checks them again there).
   if (p.k < 1 || p.k > 64 || p.k > p.n_expert) fail("CUDA moe_route: k = {} outside 1..min(64, {})", p.k, p.n_expert);
   // p.forced is backend (device) memory like `tokens`: no translation.
   return {tokens, static_cast<int>(p.n_expert), static_cast<int>(p.k), bias, tid, n_tid_rows, p.forced, p.norm,
