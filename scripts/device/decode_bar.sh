@@ -7,6 +7,8 @@
 #   3. decode at 16K and 64K (CTXS) with the default switches;
 #   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check; SKIP_AB=1: no file,
 #   no A/B; CTXS="": no long contexts; SKIP_PARITY=1, SKIP_PROFILE=1)
+#   (FGEMM_CHECK=1: cuda_fgemm_tc_check; PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens,
+#   after the decode A/B; PARITY_ENV: the quantized parity cases again with those settings)
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
 #   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
 # Needs .devrun (make cuda; scripts/device/pack_lean.sh build-cuda ..., carried as .devpack and
@@ -38,14 +40,26 @@ if [ "${BACKEND_CHECK:-0}" = 1 ]; then
   grep -E "^time (${CHECK_TIMES:-hc_post|add \+|moe_route|matmul \+})" "$OUT/backend_check.log"
   summary+=("backend check rc=$rc: $(tail -1 "$OUT/backend_check.log")")
 fi
+if [ "${FGEMM_CHECK:-0}" = 1 ]; then  # the tensor-core float GEMM (DS4_CUDA_FGEMM_TC) vs a double reference
+  timeout 150 "$B/cuda_fgemm_tc_check" > "$OUT/fgemm_tc.log" 2>&1; rc=$?
+  grep -E "FAIL|^compressor 4096->1024 +2048|^idx q_b.* 2048|^router.* 2048|^hc mix.* 2048" "$OUT/fgemm_tc.log"
+  summary+=("fgemm tc check rc=$rc: $(tail -1 "$OUT/fgemm_tc.log")")
+fi
 if [ "${SKIP_AB:-0}" != 1 ]; then
   while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done
   summary+=("synth $L layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
 
   echo "== $L layers, 2K (t=$(el))"
-  FILE=$F LAYERS=$L CTX=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
+  FILE=$F LAYERS=$L CTX=2048 BATCH=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
     DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
   for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
+fi
+
+# Prefill A/B (PREFILL_VARIANTS, as VARIANTS) over a PREFILL_CTX-token prompt (default 8K), 2K chunks.
+if [ -n "${PREFILL_VARIANTS:-}" ] && [ -f $F ]; then
+  echo "== prefill ${PREFILL_CTX:-8192} (t=$(el))"
+  FILE=$F LAYERS=$L CTX=${PREFILL_CTX:-8192} GEN_TOKENS=4 BATCH=2048 REPS=${PREFILL_REPS:-1} VARIANTS="$PREFILL_VARIANTS" \
+    DS4_ROOT=$ROOT timeout 240 bash "$DR/ab_decode.sh" | tee "$OUT/prefill_ab.txt"
 fi
 
 for ctx in ${CTXS-16384 65536}; do
@@ -63,6 +77,17 @@ if left && [ "${SKIP_PARITY:-0}" != 1 ]; then
   summary+=("parity lines with max|dlogit| != 0: $(grep 'max|dlogit|' "$OUT/parity.log" | grep -vc 'max|dlogit| 0,')")
 fi
 
+# PARITY_ENV="DS4_CUDA_FGEMM_TC=1": the quantized CUDA-vs-CPU cases and the demo's greedy text
+# again with those settings (after the parity stage, which made the files they read).
+if left && [ -n "${PARITY_ENV:-}" ] && [ "${SKIP_PARITY:-0}" != 1 ]; then
+  echo "== parity with $PARITY_ENV (t=$(el))"
+  ( IFS=','; for e in $PARITY_ENV; do export "$e"; done
+    DS4_CUDA_WORK=/tmp/ds4work DS4_FIXTURES=$ROOT/tests/fixtures DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 200 \
+      "$B/test_cuda_parity" --gtest_filter='CudaQuant.*:CudaDemo.GreedyTextIdentical' > "$OUT/parity_env.log" 2>&1 )
+  grep -E "\[cuda-parity\]|FAILED" "$OUT/parity_env.log" | head -30
+  summary+=("parity with $PARITY_ENV: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/parity_env.log" | tr '\n' ' ')")
+fi
+
 if left && [ -f $F ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then
   echo "== profile (t=$(el))"
   DS4_CUDA_PROFILE=graph timeout 120 "$B/ds4-bench" -m $F --backend cuda --ctx-start 2048 --ctx-max 2048 \
@@ -72,4 +97,4 @@ fi
 
 echo "==== summary (t=$(el) s) ===="
 printf '%s\n' "${summary[@]}"
-cat "$OUT/ab2k.txt" 2>/dev/null
+cat "$OUT/ab2k.txt" "$OUT/prefill_ab.txt" 2>/dev/null

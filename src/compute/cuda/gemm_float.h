@@ -23,4 +23,18 @@ bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
 void fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
            cudaStream_t stream);
 
+// The same products on tensor cores (gemm_float_tc.cu): F16/BF16 weights (exact in TF32) times
+// the activations split into two TF32 parts, f32 accumulation in the tensor cores' order. NOT the
+// CPU's values bit for bit: each output is within a few f32 roundings of the exact dot
+// (relative to the sum of |w * x|; cuda_fgemm_tc_check measures it). Off by default until timed
+// on a GPU: DS4_CUDA_FGEMM_TC=1 turns it on, for batches of at least kFgemmTcMinRows rows (so
+// short prompts and every decode step keep the CPU's values).
+constexpr int64_t kFgemmTcMinRows = 64;
+bool fgemm_tc_enabled();
+// F16/BF16 weights, rows >= kFgemmTcMinRows, n_in % 32 == 0, one group, 16-byte aligned weight
+// rows and activation rows. Ignores fgemm_tc_enabled().
+bool fgemm_tc_supports(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, int64_t group_rows);
+void fgemm_tc(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
+              cudaStream_t stream);
+
 }  // namespace ds4::cuda::gemv_detail

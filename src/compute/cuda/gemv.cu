@@ -636,6 +636,8 @@ void matmul_grouped(const DevMatrix& w, int64_t groups, const float* x, int64_t 
       default: break;
     }
   }
+  if (fgemm_tc_enabled() && fgemm_tc_supports(w, x, x_stride, rows, group_rows))
+    return fgemm_tc(w, x, x_stride, rows, y, y_stride, stream);  // gemm_float.h
   if (fgemm_applies(w, rows, group_rows)) return fgemm(w, x, x_stride, rows, y, y_stride, stream);  // gemm_float.h
   switch (w.type) {
     case GgmlType::F32: launch_xmatmul<FmtF32>(w, ActQ{}, x, x_stride, rows, y, y_stride, group_rows, stream); return;

@@ -1,0 +1,203 @@
+// GPU check for the tensor-core float GEMM (src/compute/cuda/gemm_float_tc.cu, two TF32
+// products per F16/BF16 weight) against a double-precision reference, with the CPU-order float
+// GEMM (gemm_float.cu, whose values the CPU backend's equal bit for bit) beside it for accuracy
+// and time.
+//
+// Shapes: the prefill's float products on the Flash file: compressor kv/gate 4096 -> 1024 and
+// 4096 -> 512, indexer compressor 4096 -> 256, indexer weights 4096 -> 64, indexer q_b
+// 1024 -> 8192, router 4096 -> 256, hyper-connection mix 16384 -> 24; rows {64, 100, 512, 2048};
+// F16 weights, and BF16 for two shapes. Weights: random normals (rounded to the 16-bit type);
+// activations: random normals times a per-32 scale in [2^-6, 2^6]; fresh seed per run (printed).
+// Outputs are poisoned (NaN) before each product.
+// Error of an output: |y - exact| / sum_k |w_k x_k| (exact in double; for batches over 64 rows,
+// 64 rows spread over the batch are checked, every output must be finite). Pass rule per case: the
+// tensor-core path's worst error is at most max(4 x the CPU order's worst error, 2^-20), and no
+// output is non-finite. The CPU's order itself is one f32 rounding per term, so this bounds the
+// tensor-core path to the CPU's own noise level (both are far below the 1e-2 logit tolerance of
+// the parity tests).
+// Time: CUDA events, median of 20 runs after 3 warm-ups; TFLOP/s = 2 * n_in * n_out * rows / t.
+//
+// Usage: cuda_fgemm_tc_check [--quick] (rows {64, 100} only). Exit 0 = pass, 1 = failure, 77 = no GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/gemm_float.h"
+#include "compute/cuda/gemv.h"
+#include "core/fp16.h"
+#include "quant/types.h"
+
+using namespace ds4;
+using namespace ds4::cuda::gemv_detail;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::printf("FATAL: CUDA %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+double time_ms(const std::function<void()>& fn, cudaStream_t s, int reps = 20) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  for (int i = 0; i < 3; ++i) fn();
+  ck(cudaStreamSynchronize(s), "sync");
+  std::vector<double> ms;
+  for (int i = 0; i < reps; ++i) {
+    ck(cudaEventRecord(a, s), "record");
+    fn();
+    ck(cudaEventRecord(b, s), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    ck(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Shape {
+  const char* name;
+  int64_t n_in, n_out;
+  GgmlType type;
+};
+
+struct Err {
+  double worst = 0;
+  int64_t nonfinite = 0;
+};
+
+Err errors(const std::vector<float>& y, const std::vector<double>& exact, const std::vector<double>& mag) {
+  Err e;
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (!std::isfinite(y[i])) {
+      ++e.nonfinite;
+      continue;
+    }
+    e.worst = std::max(e.worst, std::fabs(static_cast<double>(y[i]) - exact[i]) / std::max(mag[i], 1e-300));
+  }
+  return e;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  const unsigned seed = std::random_device{}();
+  std::printf("seed %u\n", seed);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_int_distribution<int> sc(-6, 6);
+  const Shape shapes[] = {
+      {"compressor 4096->1024", 4096, 1024, GgmlType::F16}, {"compressor 4096->512", 4096, 512, GgmlType::F16},
+      {"idx compressor 4096->256", 4096, 256, GgmlType::F16}, {"idx weights 4096->64", 4096, 64, GgmlType::F16},
+      {"idx q_b 1024->8192", 1024, 8192, GgmlType::F16},     {"router 4096->256", 4096, 256, GgmlType::F16},
+      {"hc mix 16384->24", 16384, 24, GgmlType::F16},       {"bf16 4096->1024", 4096, 1024, GgmlType::BF16},
+      {"bf16 16384->24", 16384, 24, GgmlType::BF16},
+  };
+  std::vector<int64_t> row_counts = {64, 100, 512, 2048};
+  if (quick) row_counts = {64, 100};
+  cudaStream_t s;
+  ck(cudaStreamCreate(&s), "stream");
+  int failures = 0, cases = 0;
+  std::printf("%-26s %5s | %10s %10s | %9s %9s | %8s %8s | %s\n", "shape", "rows", "err cpu-ord", "err tc",
+              "ms cpu-ord", "ms tc", "TF/s c-o", "TF/s tc", "result");
+  for (const Shape& sh : shapes) {
+    const size_t row_bytes = static_cast<size_t>(sh.n_in) * 2;
+    std::vector<uint16_t> wq(static_cast<size_t>(sh.n_in * sh.n_out));
+    std::vector<float> wf(wq.size());
+    for (size_t i = 0; i < wq.size(); ++i) {
+      const float v = nd(rng) * 0.05f;
+      wq[i] = sh.type == GgmlType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+      wf[i] = sh.type == GgmlType::F16 ? fp16_to_fp32(wq[i]) : bf16_to_fp32(wq[i]);
+    }
+    uint8_t* dw = nullptr;
+    ck(cudaMalloc(&dw, wq.size() * 2), "malloc w");
+    ck(cudaMemcpy(dw, wq.data(), wq.size() * 2, cudaMemcpyHostToDevice), "copy w");
+    const ds4::cuda::DevMatrix w{sh.type, dw, sh.n_in, sh.n_out, row_bytes};
+    for (int64_t rows : row_counts) {
+      std::vector<float> x(static_cast<size_t>(rows * sh.n_in));
+      for (size_t i = 0; i < x.size(); i += 32) {
+        const float scale = std::ldexp(1.0f, sc(rng));
+        for (size_t j = i; j < i + 32; ++j) x[j] = nd(rng) * scale;
+      }
+      // The exact sums of every row up to 64 rows, else of 64 rows spread over the batch (the
+      // first and last included): a double reference of every row would take minutes here.
+      std::vector<int64_t> checked;
+      for (int64_t i = 0; i < std::min<int64_t>(rows, 64); ++i)
+        checked.push_back(rows <= 64 ? i : i * (rows - 1) / 63);
+      std::vector<double> exact(checked.size() * static_cast<size_t>(sh.n_out)), mag(exact.size());
+      for (size_t ci = 0; ci < checked.size(); ++ci)
+        for (int64_t o = 0; o < sh.n_out; ++o) {
+          const int64_t r = checked[ci];
+          double sum = 0, m = 0;
+          const float* xr = &x[static_cast<size_t>(r * sh.n_in)];
+          const float* wr = &wf[static_cast<size_t>(o * sh.n_in)];
+          for (int64_t k = 0; k < sh.n_in; ++k) {
+            const double p = static_cast<double>(wr[k]) * xr[k];
+            sum += p;
+            m += std::fabs(p);
+          }
+          exact[ci * static_cast<size_t>(sh.n_out) + static_cast<size_t>(o)] = sum;
+          mag[ci * static_cast<size_t>(sh.n_out) + static_cast<size_t>(o)] = m;
+        }
+      float *dx = nullptr, *dy = nullptr;
+      ck(cudaMalloc(&dx, x.size() * 4), "malloc x");
+      const size_t y_len = static_cast<size_t>(rows * sh.n_out);
+      ck(cudaMalloc(&dy, y_len * 4), "malloc y");
+      ck(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "copy x");
+      const bool supported = fgemm_tc_supports(w, dx, sh.n_in, rows, 0);
+      auto run_cpu_order = [&] { fgemm(w, dx, sh.n_in, rows, dy, sh.n_out, s); };
+      auto run_tc = [&] { fgemm_tc(w, dx, sh.n_in, rows, dy, sh.n_out, s); };
+      auto result = [&](const std::function<void()>& fn) {
+        ck(cudaMemsetAsync(dy, 0xff, y_len * 4, s), "poison");
+        fn();
+        ck(cudaStreamSynchronize(s), "product");
+        std::vector<float> y(y_len), yc;
+        ck(cudaMemcpy(y.data(), dy, y.size() * 4, cudaMemcpyDeviceToHost), "copy y");
+        int64_t bad = 0;  // every output, checked rows or not, must be finite (no poison left)
+        for (float v : y) bad += !std::isfinite(v);
+        for (int64_t r : checked)
+          yc.insert(yc.end(), y.begin() + r * sh.n_out, y.begin() + (r + 1) * sh.n_out);
+        Err e = errors(yc, exact, mag);
+        e.nonfinite = bad;
+        return e;
+      };
+      const Err ec = result(run_cpu_order);
+      const Err et = supported ? result(run_tc) : Err{};
+      const double tc_ms = supported ? time_ms(run_tc, s) : 0, co_ms = time_ms(run_cpu_order, s);
+      const double flop = 2.0 * static_cast<double>(sh.n_in) * sh.n_out * rows;
+      const double bound = std::max(4 * ec.worst, std::ldexp(1.0, -20));
+      const bool ok = supported && ec.nonfinite == 0 && et.nonfinite == 0 && et.worst <= bound;
+      ++cases;
+      if (!ok) ++failures;
+      std::printf("%-26s %5lld | %10.3g %10.3g | %9.4f %9.4f | %8.2f %8.2f | %s%s\n", sh.name,
+                  static_cast<long long>(rows), ec.worst, et.worst, co_ms, tc_ms, flop / co_ms * 1e-9,
+                  supported ? flop / tc_ms * 1e-9 : 0.0, ok ? "ok" : "FAIL",
+                  !supported ? " (not supported)" : et.nonfinite || ec.nonfinite ? " (non-finite outputs)" : "");
+      cudaFree(dx);
+      cudaFree(dy);
+    }
+    cudaFree(dw);
+  }
+  std::printf("%d cases, %d failed\n", cases, failures);
+  return failures ? 1 : 0;
+}
