@@ -8,7 +8,8 @@
 #   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check; SKIP_AB=1: no file,
 #   no A/B; CTXS="": no long contexts; SKIP_PARITY=1, SKIP_PROFILE=1)
 #   (FGEMM_CHECK=1: cuda_fgemm_tc_check; PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens,
-#   after the decode A/B; PARITY_ENV: the quantized parity cases again with those settings)
+#   after the decode A/B; PARITY_ENV: the quantized parity cases again with those settings;
+#   PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill)
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
 #   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
 # Needs .devrun (make cuda; scripts/device/pack_lean.sh build-cuda ..., carried as .devpack and
@@ -86,6 +87,16 @@ if left && [ -n "${PARITY_ENV:-}" ] && [ "${SKIP_PARITY:-0}" != 1 ]; then
       "$B/test_cuda_parity" --gtest_filter='CudaQuant.*:CudaDemo.GreedyTextIdentical' > "$OUT/parity_env.log" 2>&1 )
   grep -E "\[cuda-parity\]|FAILED" "$OUT/parity_env.log" | head -30
   summary+=("parity with $PARITY_ENV: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/parity_env.log" | tr '\n' ' ')")
+fi
+
+# PREFILL_PROFILE="ENV=VAL,...": per-op GPU time (DS4_CUDA_PROFILE=1) of a PREFILL_CTX-token prefill
+# with those settings ("-" for the defaults).
+if left && [ -f $F ] && [ -n "${PREFILL_PROFILE:-}" ]; then
+  echo "== prefill profile $PREFILL_PROFILE (t=$(el))"
+  ( IFS=','; for e in $PREFILL_PROFILE; do [ "$e" != - ] && export "$e"; done
+    DS4_CUDA_PROFILE=1 timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start ${PREFILL_CTX:-8192} \
+      --ctx-max ${PREFILL_CTX:-8192} --gen-tokens 1 --batch 2048 > "$OUT/prefill_profile.log" 2>&1 )
+  grep -A${PROFILE_LINES:-30} -E '^  op ' "$OUT/prefill_profile.log"
 fi
 
 if left && [ -f $F ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then
