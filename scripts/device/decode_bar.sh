@@ -2,16 +2,17 @@
 # Issue 12's bar in one device call (H200: the 43-layer synthetic Flash q2 file needs ~87 GB; on an
 # 80 GB H100 the same stages run on 34 layers, LAYERS to choose):
 #   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types $GEMV_TYPES,
-#      default flash-moe: the Flash MoE op, checked and timed);
-#   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times;
-#   3. decode at 16K and 64K (CTXS) with the default switches;
-#   (BACKEND_CHECK=1: every backend op vs the CPU first, cuda_backend_check; SKIP_AB=1: no file,
-#   no A/B; CTXS="": no long contexts; SKIP_PARITY=1, SKIP_PROFILE=1)
-#   (FGEMM_CHECK=1: cuda_fgemm_tc_check; PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens,
-#   after the decode A/B; PARITY_ENV: the quantized parity cases again with those settings;
-#   PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill)
-#   4. parity with the defaults (cuda_suite.sh STAGES=parity), while DEADLINE seconds last;
-#   5. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph), while time lasts.
+#      default flash-moe: the Flash MoE op, checked and timed); BACKEND_CHECK=1: every backend op
+#      vs the CPU (cuda_backend_check); FGEMM_CHECK=1: cuda_fgemm_tc_check;
+#   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times
+#      (SKIP_AB=1: no file, no A/B);
+#   3. PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens (default 8K, batch 2048);
+#   then, each while DEADLINE seconds last:
+#   4. parity with the defaults (cuda_suite.sh STAGES=parity; SKIP_PARITY=1), and with
+#      PARITY_ENV="ENV=VAL,..." the quantized parity cases again with those settings;
+#   5. decode at 16K and 64K (CTXS; CTXS="" skips) with the default switches;
+#   6. PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill;
+#   7. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph; SKIP_PROFILE=1).
 # Needs .devrun (make cuda; scripts/device/pack_lean.sh build-cuda ..., carried as .devpack and
 # unpacked first: docs/TESTING.md). Logs under $OUT.
 #   DS4_ROOT=$PWD OUT=$OUT VARIANTS="old:DS4_CUDA_IQ2_NIB=0,DS4_CUDA_FMANY=0 new:" bash scripts/device/decode_bar.sh
@@ -63,13 +64,6 @@ if [ -n "${PREFILL_VARIANTS:-}" ] && [ -f $F ]; then
     DS4_ROOT=$ROOT timeout 240 bash "$DR/ab_decode.sh" | tee "$OUT/prefill_ab.txt"
 fi
 
-for ctx in ${CTXS-16384 65536}; do
-  left && [ -f $F ] || break
-  echo "== ctx $ctx (t=$(el))"
-  timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
-    --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
-  summary+=("ctx $ctx: $(tail -1 "$OUT/b$ctx.csv" 2>/dev/null || tail -1 "$OUT/b$ctx.log")")
-done
 
 if left && [ "${SKIP_PARITY:-0}" != 1 ]; then
   echo "== parity (t=$(el))"
@@ -88,6 +82,14 @@ if left && [ -n "${PARITY_ENV:-}" ] && [ "${SKIP_PARITY:-0}" != 1 ]; then
   grep -E "\[cuda-parity\]|FAILED" "$OUT/parity_env.log" | head -30
   summary+=("parity with $PARITY_ENV: $(grep -E '^\[  (PASSED|FAILED)' "$OUT/parity_env.log" | tr '\n' ' ')")
 fi
+
+for ctx in ${CTXS-16384 65536}; do  # (the 64K prefill alone takes about a minute on 43 layers)
+  left && [ -f $F ] || break
+  echo "== ctx $ctx (t=$(el))"
+  timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
+    --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
+  summary+=("ctx $ctx: $(tail -1 "$OUT/b$ctx.csv" 2>/dev/null || tail -1 "$OUT/b$ctx.log")")
+done
 
 # PREFILL_PROFILE="ENV=VAL,...": per-op GPU time (DS4_CUDA_PROFILE=1) of a PREFILL_CTX-token prefill
 # with those settings ("-" for the defaults).
