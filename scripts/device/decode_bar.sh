@@ -3,7 +3,8 @@
 # 80 GB H100 the same stages run on 34 layers, LAYERS to choose):
 #   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types $GEMV_TYPES,
 #      default flash-moe: the Flash MoE op, checked and timed); BACKEND_CHECK=1: every backend op
-#      vs the CPU (cuda_backend_check); FGEMM_CHECK=1: cuda_fgemm_tc_check;
+#      vs the CPU (cuda_backend_check); FGEMM_CHECK=1: cuda_fgemm_tc_check; MMA_CHECK=1:
+#      cuda_mma_check (tensor-core Q8_0 and MoE products, and the one-slot order);
 #   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times
 #      (SKIP_AB=1: no file, no A/B);
 #   3. PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens (default 8K, batch 2048);
@@ -46,6 +47,11 @@ if [ "${FGEMM_CHECK:-0}" = 1 ]; then  # the tensor-core float GEMM (DS4_CUDA_FGE
   timeout 150 "$B/cuda_fgemm_tc_check" > "$OUT/fgemm_tc.log" 2>&1; rc=$?
   grep -E "FAIL|^compressor 4096->1024 +2048|^idx q_b.* 2048|^router.* 2048|^hc mix.* 2048" "$OUT/fgemm_tc.log"
   summary+=("fgemm tc check rc=$rc: $(tail -1 "$OUT/fgemm_tc.log")")
+fi
+if [ "${MMA_CHECK:-0}" = 1 ]; then  # the tensor-core Q8_0 / MoE products vs the CPU, and the one-slot order
+  timeout 240 "$B/cuda_mma_check" > "$OUT/mma_check.log" 2>&1; rc=$?
+  grep -E "FAIL|2048 \|" "$OUT/mma_check.log" | cut -c1-200 | head -12
+  summary+=("mma check rc=$rc: $(grep -c PASS "$OUT/mma_check.log") PASS, $(grep -c FAIL "$OUT/mma_check.log") FAIL lines")
 fi
 if [ "${SKIP_AB:-0}" != 1 ]; then
   while pgrep -f 'synth --preset' > /dev/null; do sleep 2; done

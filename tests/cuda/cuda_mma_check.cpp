@@ -16,8 +16,9 @@
 // CPU's own per-block float terms in the CPU's order (gemm_mma.cuh), so any difference is a bug.
 // Time: CUDA events, median of 20 runs after 3 warm-ups, TFLOP/s = 2 * n_in * n_out * rows / t
 // (n_in per group); the new path's time includes its activation quantization and both repacks.
-// "one-slot": the same kernel adding every term into one running sum (not the CPU's order,
-// output unchecked): the time the CPU's 4 live partial slots cost.
+// "one-slot": the same kernel adding every term into one running sum (not the CPU's order; its
+// output within 1e-5 x the case's max |y| of the CPU's): the time the CPU's 4 live partial
+// slots cost, and what DS4_CUDA_MMA_ONE_SLOT=1 computes.
 // DS4_CUDA_MMA=0 is set at start, so ds4::cuda::matmul_grouped is the existing path.
 //
 // Usage: cuda_mma_check [--quick] (quick: rows {32, 100} only). Exit 0 = pass, 1 = failure,
@@ -216,6 +217,17 @@ int main(int argc, char** argv) {
           std::printf("    timing failed: %s\n", e.what());
           ++failures;
         }
+        // The one-slot output (DS4_CUDA_MMA_ONE_SLOT=1's values): the CPU's block terms in another
+        // f32 order, so within f32 rounding of the CPU's sum: |diff| <= 1e-5 x the case's max |y|.
+        std::vector<float> got_one(want.size());
+        ck(cudaMemcpy(got_one.data(), dy_old, ybytes, cudaMemcpyDeviceToHost), "download");
+        const Diff d_one = compare(got_one, want);
+        double ymax = 0;
+        for (float v : want) ymax = std::max(ymax, static_cast<double>(std::fabs(v)));
+        const bool one_ok = t_one >= 0 && d_one.nonfinite == 0 && d_one.max_abs <= 1e-5 * ymax;
+        failures += one_ok ? 0 : 1;
+        std::printf("    one-slot vs cpu: max abs %.3g (max |y| %.3g, tol 1e-5 x that), %lld unequal  %s\n",
+                    d_one.max_abs, ymax, static_cast<long long>(d_one.unequal), one_ok ? "PASS" : "FAIL");
         char diff[64], dold[32];
         std::snprintf(diff, sizeof diff, "%.3g, %.3g, %lld", d.max_abs, d.max_rel, static_cast<long long>(d.unequal));
         std::snprintf(dold, sizeof dold, "%lld unequal", static_cast<long long>(d_old.unequal));
