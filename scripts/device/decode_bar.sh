@@ -82,6 +82,8 @@ fi
 # again with those settings (after the parity stage, which made the files they read).
 if left && [ -n "${PARITY_ENV:-}" ] && [ "${SKIP_PARITY:-0}" != 1 ]; then
   echo "== parity with $PARITY_ENV (t=$(el))"
+  mkdir -p /tmp/ds4work  # (a fresh machine: the parity stage's full-width file made here)
+  [ -f /tmp/ds4work/flash3.q2.gguf ] || "$B/ds4-gguf" synth --preset flash-q2 --layers 3 --out /tmp/ds4work/flash3.q2.gguf > /dev/null 2>&1
   ( IFS=','; for e in $PARITY_ENV; do export "$e"; done
     DS4_CUDA_WORK=/tmp/ds4work DS4_FIXTURES=$ROOT/tests/fixtures DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 200 \
       "$B/test_cuda_parity" --gtest_filter='CudaQuant.*:CudaDemo.GreedyTextIdentical' > "$OUT/parity_env.log" 2>&1 )
