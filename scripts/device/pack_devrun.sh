@@ -13,10 +13,7 @@ for b in ds4 ds4-gguf ds4-bench ds4-server test_cuda_parity test_cuda_stream cud
   cp "$build/bin/$b" .devrun/bin/
   strip --strip-debug .devrun/bin/$b
 done
-# Libraries outside libc/libstdc++/CUDA's driver: the image may lack them or hold other versions.
-for b in .devrun/bin/*; do
-  ldd "$b" | awk '/=> \//{print $3}'
-done | sort -u | grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s|libicu' \
-  | while read -r l; do cp -L "$l" .devrun/lib/; done
+. scripts/device/devrun_libs.sh
+devrun_libs .devrun
 cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/stream_evidence.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh scripts/device/decode_ab.sh scripts/device/decode_bar.sh .devrun/
 du -sh .devrun; ls .devrun/bin .devrun/lib

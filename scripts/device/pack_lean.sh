@@ -24,9 +24,8 @@ progs=("$@"); [ ${#progs[@]} -gt 0 ] || progs=(ds4-bench ds4-gguf test_cuda_pari
 for x in .devrun .devpack; do grep -qx "/$x/" .git/info/exclude || echo "/$x/" >> .git/info/exclude; done
 rm -rf .devrun .devpack && mkdir -p .devrun/bin .devrun/lib .devpack
 for b in "${progs[@]}"; do cp "$build/bin/$b" .devrun/bin/ && strip --strip-all ".devrun/bin/$b"; done
-for b in .devrun/bin/*; do ldd "$b" | awk '/=> \//{print $3}'; done | sort -u |
-  grep -E 'libfmt|libpcre2|libxxhash|libedit|libbsd|libmd|libgtest|libbenchmark|libcrypto|libssl|liburing|libstdc\+\+|libgcc_s|libicu' |
-  while read -r l; do cp -L "$l" .devrun/lib/; done
+. scripts/device/devrun_libs.sh
+devrun_libs .devrun
 cp scripts/device/*.sh .devrun/
 XZ_OPT=-9 tar cJf .devpack/dr.tar.xz .devrun
 ls -la .devpack/dr.tar.xz
