@@ -15,7 +15,7 @@ printf '%-12s %s\n' variant "ctx,prefill_tokens,prefill_tps,gen_tokens,gen_tps,k
 for rep in $(seq 1 ${REPS:-1}); do
   for v in ${VARIANTS:-base:}; do
     name=${v%%:*}; envs=${v#*:}
-    ( IFS=','; for e in $envs; do [ -n "$e" ] && export "$e"; done
+    ( IFS=','; for e in $envs; do [ -n "$e" ] && export "$e"; done; unset IFS  # (the options below split on spaces)
       timeout 300 "$B/${BENCH_BIN:-ds4-bench}" -m $F --backend cuda --ctx-start $CTX --ctx-max $CTX --gen-tokens $GEN ${BATCH:+--batch $BATCH} \
         --csv /tmp/ab_$name.csv > /tmp/ab_$name.log 2>&1 )
     printf '%-12s %s\n' "$name" "$(tail -1 /tmp/ab_$name.csv 2>/dev/null || tail -2 /tmp/ab_$name.log)"

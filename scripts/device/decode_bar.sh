@@ -84,7 +84,7 @@ if left && [ -n "${PARITY_ENV:-}" ] && [ "${SKIP_PARITY:-0}" != 1 ]; then
   echo "== parity with $PARITY_ENV (t=$(el))"
   mkdir -p /tmp/ds4work  # (a fresh machine: the parity stage's full-width file made here)
   [ -f /tmp/ds4work/flash3.q2.gguf ] || "$B/ds4-gguf" synth --preset flash-q2 --layers 3 --out /tmp/ds4work/flash3.q2.gguf > /dev/null 2>&1
-  ( IFS=','; for e in $PARITY_ENV; do export "$e"; done
+  ( IFS=','; for e in $PARITY_ENV; do export "$e"; done; unset IFS
     DS4_CUDA_WORK=/tmp/ds4work DS4_FIXTURES=$ROOT/tests/fixtures DS4_DEMO=$ROOT/models/ds4-demo.gguf timeout 200 \
       "$B/test_cuda_parity" --gtest_filter='CudaQuant.*:CudaDemo.GreedyTextIdentical' > "$OUT/parity_env.log" 2>&1 )
   grep -E "\[cuda-parity\]|FAILED" "$OUT/parity_env.log" | head -30
@@ -103,7 +103,7 @@ done
 # with those settings ("-" for the defaults).
 if left && [ -f $F ] && [ -n "${PREFILL_PROFILE:-}" ]; then
   echo "== prefill profile $PREFILL_PROFILE (t=$(el))"
-  ( IFS=','; for e in $PREFILL_PROFILE; do [ "$e" != - ] && export "$e"; done
+  ( IFS=','; for e in $PREFILL_PROFILE; do [ "$e" != - ] && export "$e"; done; unset IFS
     DS4_CUDA_PROFILE=1 timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start ${PREFILL_CTX:-8192} \
       --ctx-max ${PREFILL_CTX:-8192} --gen-tokens 1 --batch 2048 > "$OUT/prefill_profile.log" 2>&1 )
   grep -A${PROFILE_LINES:-30} -E '^  op ' "$OUT/prefill_profile.log"
@@ -117,5 +117,7 @@ if left && [ -f $F ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then
 fi
 
 echo "==== summary (t=$(el) s) ===="
-printf '%s\n' "${summary[@]}"
-cat "$OUT/ab2k.txt" "$OUT/prefill_ab.txt" 2>/dev/null
+{ printf '%s\n' "${summary[@]}"; cat "$OUT/ab2k.txt" "$OUT/prefill_ab.txt" 2>/dev/null; } | tee /tmp/decode_bar_summary.txt
+# A device call returns only a few files: the summary, and every log in one archive.
+( cd "$OUT" && tar czf /tmp/decode_bar_logs.tgz . && find . -maxdepth 1 -type f -delete &&
+  mv /tmp/decode_bar_logs.tgz logs.tgz && cp /tmp/decode_bar_summary.txt summary.txt )

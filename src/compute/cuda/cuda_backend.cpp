@@ -176,12 +176,13 @@ class CudaBackend final : public Backend {
   bool hc_overlap_ = false;              // DS4_CUDA_HC_OVERLAP=1: the fused kernel's overlapped variant
   bool chunk_ops_ = true;                // DS4_CUDA_CHUNK=0: the chunk ops as their token-by-token loops
   bool fuse_qkv_ = true;                 // DS4_CUDA_FUSE_QKV=0: attn_qkv_prep as its five ops
-  // Off until run on a GPU (bit-exactness checked, then timed): =1 turns each on.
-  bool post_add_ = false;                // DS4_CUDA_POST_ADD=1: hc_post_add in one launch
-  bool attn_store_ = false;              // DS4_CUDA_ATTN_STORE=1: a decode step's store_row inside the attention
+  // On since checked bit for bit on a GPU (H100, 2026-12-07: cuda_backend_check and parity, every
+  // CUDA vs CPU line 0): =0 turns each off (A/B).
+  bool post_add_ = true;                 // DS4_CUDA_POST_ADD=0: add, then hc_post
+  bool attn_store_ = true;               // DS4_CUDA_ATTN_STORE=0: a decode step's store_row as its own kernel
   void attend(const float* q, int64_t n_heads, int64_t head_dim, const AttnKv& kv, const float* sinks, float scale,
               float* out, const float* fresh, float* ring);
-  bool router_fused_ = false;            // DS4_CUDA_ROUTER_FUSED=1: moe_router in one launch
+  bool router_fused_ = true;             // DS4_CUDA_ROUTER_FUSED=0: moe_router as matmul + moe_route
   cuda::RouteArgs route_args(const int32_t* tokens, const RouteParams& p, int32_t* experts, float* weights);
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
@@ -360,9 +361,9 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   hc_overlap_ = cuda::env_switch("DS4_CUDA_HC_OVERLAP", true);
   chunk_ops_ = cuda::env_switch("DS4_CUDA_CHUNK", true);
   fuse_qkv_ = cuda::env_switch("DS4_CUDA_FUSE_QKV", true);
-  post_add_ = cuda::env_switch("DS4_CUDA_POST_ADD", false);
-  attn_store_ = cuda::env_switch("DS4_CUDA_ATTN_STORE", false);
-  router_fused_ = cuda::env_switch("DS4_CUDA_ROUTER_FUSED", false);
+  post_add_ = cuda::env_switch("DS4_CUDA_POST_ADD", true);
+  attn_store_ = cuda::env_switch("DS4_CUDA_ATTN_STORE", true);
+  router_fused_ = cuda::env_switch("DS4_CUDA_ROUTER_FUSED", true);
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;

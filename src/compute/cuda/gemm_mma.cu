@@ -98,7 +98,9 @@ __device__ __forceinline__ void issue_stage(const TileSrc& T, int q0, uint32_t s
 }
 
 // kOneSlot: every term into slot 0 (not the CPU's order: the same block terms in one running
-// sum; cuda_mma_check times it and bounds its difference; DS4_CUDA_MMA_ONE_SLOT=1 uses it).
+// sum; cuda_mma_check times it and bounds its difference). Not used by the backend: on the H100
+// the CPU's 4 slots cost only 1-4% at 2,048 rows, and a product upstream of a router must keep
+// the CPU's values (a near tie would route differently).
 template <int S, bool kOneSlot>
 __device__ __forceinline__ void run_segment(Acc& acc, const TileSrc& T, uint8_t* smem, uint32_t smem_u32, int& ci,
                                             int nchunks, int cps, int lane, int warp) {
@@ -214,14 +216,9 @@ void mma_matmul(const DevMatrix& w, int64_t groups, const float* x, int64_t rows
   mma_q8_0(w, aq, rows, group_rows, y, y_stride, one_slot, stream);
 }
 
-bool mma_one_slot() {
-  static const bool on = env_switch("DS4_CUDA_MMA_ONE_SLOT", false);
-  return on;
-}
-
 void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
                      cudaStream_t stream) {
-  mma_q8_0(w, aq, rows, group_rows, y, y_stride, mma_one_slot(), stream);
+  mma_q8_0(w, aq, rows, group_rows, y, y_stride, false, stream);
 }
 
 namespace {

@@ -29,14 +29,8 @@ bool mma_supports(const DevMatrix& w, int64_t rows, int64_t group_rows);
 // mma_enabled() && mma_supports(...): gemv.cu's dispatch.
 bool mma_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
 
-// DS4_CUDA_MMA_ONE_SLOT=1 (read once; off by default until timed in a prefill): the product
-// below adds the CPU's block terms in one running sum instead of the CPU's 4 partial slots
-// (cuda_mma_check measured the slots at +40% of the kernel's time at 2,048 rows): NOT the
-// CPU's values bit for bit, an f32 dot in another order.
-bool mma_one_slot();
 // y[r*y_stride + o] = the CPU's Q8_0 dot of weight row o with activation row r of aq (Q8_0,
-// quantize_acts' layout, aq.n = groups * w.n_in), bit for bit unless mma_one_slot(); grouped
-// rows as matmul_grouped.
+// quantize_acts' layout, aq.n = groups * w.n_in), bit for bit; grouped rows as matmul_grouped.
 void mma_matmul_q8_0(const DevMatrix& w, const ActQ& aq, int64_t rows, int64_t group_rows, float* y, int64_t y_stride,
                      cudaStream_t stream);
 
