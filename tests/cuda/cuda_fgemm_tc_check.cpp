@@ -1,7 +1,9 @@
-// GPU check for the tensor-core float GEMM (src/compute/cuda/gemm_float_tc.cu, two TF32
-// products per F16/BF16 weight) against a double-precision reference, with the CPU-order float
-// GEMM (gemm_float.cu, whose values the CPU backend's equal bit for bit) beside it for accuracy
-// and time.
+// GPU check for the float-weight GEMMs (src/compute/cuda/gemm_float.cu, gemm_float_tc.cu):
+//  * v2 (k_fgemm2, DS4_CUDA_FGEMM_V2: 8 x 8 chains per lane) against v1 (k_fgemm, whose values
+//    equal the CPU backend's bit for bit: cuda_gemv_check and the parity tests): every output
+//    bit-identical (pass rule), and both timed;
+//  * the tensor-core path (two TF32 products, off in the backend: docs/ARCHITECTURE.md) against
+//    a double-precision reference, its error and time reported beside the CPU order's.
 //
 // Shapes: the prefill's float products on the Flash file: compressor kv/gate 4096 -> 1024 and
 // 4096 -> 512, indexer compressor 4096 -> 256, indexer weights 4096 -> 64, indexer q_b
@@ -10,11 +12,9 @@
 // activations: random normals times a per-32 scale in [2^-6, 2^6]; fresh seed per run (printed).
 // Outputs are poisoned (NaN) before each product.
 // Error of an output: |y - exact| / sum_k |w_k x_k| (exact in double; for batches over 64 rows,
-// 64 rows spread over the batch are checked, every output must be finite). Pass rule per case: the
-// tensor-core path's worst error is at most max(4 x the CPU order's worst error, 2^-20), and no
-// output is non-finite. The CPU's order itself is one f32 rounding per term, so this bounds the
-// tensor-core path to the CPU's own noise level (both are far below the 1e-2 logit tolerance of
-// the parity tests).
+// 64 rows spread over the batch are checked, every output must be finite).
+// Pass rule per case: v2 equal to v1 in every output, no output non-finite. The tensor-core
+// error is reported only (on the H100, 2026-12-07: 3-6.5e-6 against the CPU order's 3.4-10e-8).
 // Time: CUDA events, median of 20 runs after 3 warm-ups; TFLOP/s = 2 * n_in * n_out * rows / t.
 //
 // Usage: cuda_fgemm_tc_check [--quick] (rows {64, 100} only). Exit 0 = pass, 1 = failure, 77 = no GPU.
@@ -78,6 +78,7 @@ struct Shape {
 struct Err {
   double worst = 0;
   int64_t nonfinite = 0;
+  std::vector<float> y;  // every output
 };
 
 Err errors(const std::vector<float>& y, const std::vector<double>& exact, const std::vector<double>& mag) {
@@ -118,8 +119,8 @@ int main(int argc, char** argv) {
   cudaStream_t s;
   ck(cudaStreamCreate(&s), "stream");
   int failures = 0, cases = 0;
-  std::printf("%-26s %5s | %10s %10s | %9s %9s | %8s %8s | %s\n", "shape", "rows", "err cpu-ord", "err tc",
-              "ms cpu-ord", "ms tc", "TF/s c-o", "TF/s tc", "result");
+  std::printf("%-26s %5s | %10s %10s | %9s %9s %9s | %8s %8s %8s | %s\n", "shape", "rows", "err cpu-ord", "err tc",
+              "ms v1", "ms v2", "ms tc", "TF/s v1", "TF/s v2", "TF/s tc", "result");
   for (const Shape& sh : shapes) {
     const size_t row_bytes = static_cast<size_t>(sh.n_in) * 2;
     std::vector<uint16_t> wq(static_cast<size_t>(sh.n_in * sh.n_out));
@@ -165,7 +166,8 @@ int main(int argc, char** argv) {
       ck(cudaMalloc(&dy, y_len * 4), "malloc y");
       ck(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice), "copy x");
       const bool supported = fgemm_tc_supports(w, dx, sh.n_in, rows, 0);
-      auto run_cpu_order = [&] { fgemm(w, dx, sh.n_in, rows, dy, sh.n_out, s); };
+      auto run_cpu_order = [&] { fgemm(w, dx, sh.n_in, rows, dy, sh.n_out, s, 1); };
+      auto run_v2 = [&] { fgemm(w, dx, sh.n_in, rows, dy, sh.n_out, s, 2); };
       auto run_tc = [&] { fgemm_tc(w, dx, sh.n_in, rows, dy, sh.n_out, s); };
       auto result = [&](const std::function<void()>& fn) {
         ck(cudaMemsetAsync(dy, 0xff, y_len * 4, s), "poison");
@@ -179,20 +181,25 @@ int main(int argc, char** argv) {
           yc.insert(yc.end(), y.begin() + r * sh.n_out, y.begin() + (r + 1) * sh.n_out);
         Err e = errors(yc, exact, mag);
         e.nonfinite = bad;
+        e.y = std::move(y);
         return e;
       };
       const Err ec = result(run_cpu_order);
+      const Err e2 = result(run_v2);
       const Err et = supported ? result(run_tc) : Err{};
+      int64_t unequal = 0;
+      for (size_t i = 0; i < y_len; ++i) unequal += std::memcmp(&ec.y[i], &e2.y[i], 4) != 0;
       const double tc_ms = supported ? time_ms(run_tc, s) : 0, co_ms = time_ms(run_cpu_order, s);
+      const double v2_ms = time_ms(run_v2, s);
       const double flop = 2.0 * static_cast<double>(sh.n_in) * sh.n_out * rows;
-      const double bound = std::max(4 * ec.worst, std::ldexp(1.0, -20));
-      const bool ok = supported && ec.nonfinite == 0 && et.nonfinite == 0 && et.worst <= bound;
+      const bool ok = ec.nonfinite == 0 && e2.nonfinite == 0 && unequal == 0;
       ++cases;
       if (!ok) ++failures;
-      std::printf("%-26s %5lld | %10.3g %10.3g | %9.4f %9.4f | %8.2f %8.2f | %s%s\n", sh.name,
-                  static_cast<long long>(rows), ec.worst, et.worst, co_ms, tc_ms, flop / co_ms * 1e-9,
-                  supported ? flop / tc_ms * 1e-9 : 0.0, ok ? "ok" : "FAIL",
-                  !supported ? " (not supported)" : et.nonfinite || ec.nonfinite ? " (non-finite outputs)" : "");
+      std::printf("%-26s %5lld | %10.3g %10.3g | %9.4f %9.4f %9.4f | %8.2f %8.2f %8.2f | v2 unequal %lld %s%s\n",
+                  sh.name, static_cast<long long>(rows), ec.worst, et.worst, co_ms, v2_ms, tc_ms,
+                  flop / co_ms * 1e-9, flop / v2_ms * 1e-9, supported ? flop / tc_ms * 1e-9 : 0.0,
+                  static_cast<long long>(unequal), ok ? "ok" : "FAIL",
+                  ec.nonfinite || e2.nonfinite ? " (non-finite outputs)" : "");
       cudaFree(dx);
       cudaFree(dy);
     }

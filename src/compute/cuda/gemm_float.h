@@ -20,8 +20,12 @@ constexpr int64_t kFgemmMinRows = 32;
 // F32/F16/BF16 weights, rows >= kFgemmMinRows, n_in % 32 == 0, one group; and not switched off.
 bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
 // y[r*y_stride + o] = the CPU's f32 dot of weight row o with x row r (x + r*x_stride).
+// variant 0: the backend's choice (v2 for F16/BF16 with 16-byte aligned rows when
+// fgemm_v2_enabled()), 1: k_fgemm, 2: k_fgemm2 (fails where it does not apply). Same bits.
 void fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
-           cudaStream_t stream);
+           cudaStream_t stream, int variant = 0);
+// DS4_CUDA_FGEMM_V2=1 (read once; off until timed on a GPU): k_fgemm2, 8 x 8 chains per lane.
+bool fgemm_v2_enabled();
 
 // The same products on tensor cores (gemm_float_tc.cu): F16/BF16 weights (exact in TF32) times
 // the activations split into two TF32 parts, f32 accumulation in the tensor cores' order. NOT the
