@@ -24,7 +24,8 @@ bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
 // fgemm_v2_enabled()), 1: k_fgemm, 2: k_fgemm2 (fails where it does not apply). Same bits.
 void fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
            cudaStream_t stream, int variant = 0);
-// DS4_CUDA_FGEMM_V2=1 (read once; off until timed on a GPU): k_fgemm2, 8 x 8 chains per lane.
+// k_fgemm2 (8 x 8 chains per lane), on by default since measured; DS4_CUDA_FGEMM_V2=0 (read
+// once) for k_fgemm.
 bool fgemm_v2_enabled();
 
 // The same products on tensor cores (gemm_float_tc.cu): F16/BF16 weights (exact in TF32) times
