@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "check_timing.h"
 #include "compute/cuda/gemm_float.h"
 #include "compute/cuda/gemv.h"
 #include "core/fp16.h"
@@ -37,37 +38,11 @@
 
 using namespace ds4;
 using namespace ds4::cuda::gemv_detail;
+using ds4::cuda_check::ck;
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::printf("FATAL: CUDA %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-double time_ms(const std::function<void()>& fn, cudaStream_t s, int reps = 20) {
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) fn();
-  ck(cudaStreamSynchronize(s), "sync");
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    ck(cudaEventRecord(a, s), "record");
-    fn();
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    ck(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+double time_ms(const std::function<void()>& fn, cudaStream_t s) { return cuda_check::time_ms(fn, s, 20); }
 
 struct Shape {
   const char* name;

@@ -49,6 +49,7 @@
 #include <tuple>
 #include <vector>
 
+#include "check_timing.h"
 #include "compute/cuda/gemv.h"
 #include "core/error.h"
 #include "core/fp16.h"
@@ -62,12 +63,8 @@ using namespace ds4;
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::printf("FATAL: CUDA %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using cuda_check::ck;
+using cuda_check::median;
 
 // ---- utilities -----------------------------------------------------------------------------
 
@@ -530,30 +527,8 @@ void check_moe(const ExpertHost& gate, const ExpertHost& up, const ExpertHost& d
 
 // ---- timing --------------------------------------------------------------------------------
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Median milliseconds of fn over `reps` runs after 3 warm-ups (CUDA events around each run).
 double time_ms(const std::function<void(int)>& fn, cudaStream_t s, int reps = 30) {
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) fn(i);
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    ck(cudaEventRecord(a, s), "record");
-    fn(i);
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    ck(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(ms);
+  return cuda_check::time_ms(fn, s, reps);
 }
 
 // GPU time of one call without the host's cost of issuing it: 10 calls captured into a CUDA

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "check_timing.h"
 #include "compute/backend.h"
 #include "compute/cuda/gemm_mma.h"
 #include "compute/cuda/gemv.h"
@@ -49,38 +50,8 @@ using namespace ds4;
 
 namespace {
 
-void ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::printf("FATAL: CUDA %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_ms(const std::function<void()>& fn, cudaStream_t s, int reps = 20) {
-  cudaEvent_t a, b;
-  ck(cudaEventCreate(&a), "event");
-  ck(cudaEventCreate(&b), "event");
-  for (int i = 0; i < 3; ++i) fn();
-  ck(cudaStreamSynchronize(s), "sync");
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    ck(cudaEventRecord(a, s), "record");
-    fn();
-    ck(cudaEventRecord(b, s), "record");
-    ck(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    ck(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return median(ms);
-}
+using cuda_check::ck;
+double time_ms(const std::function<void()>& fn, cudaStream_t s) { return cuda_check::time_ms(fn, s, 20); }
 
 struct Shape {
   const char* name;

@@ -273,11 +273,6 @@ void launch_fgemm2(const DevMatrix& w, const float* x, int64_t x_stride, int64_t
   check_launch("float GEMM (CPU order, 8 x 8 chains per lane)");
 }
 
-bool fgemm2_supports(const DevMatrix& w, const float* x, int64_t x_stride) {
-  return (w.type == GgmlType::F16 || w.type == GgmlType::BF16) && w.row_stride % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-}
-
 }  // namespace
 
 // On by default since run on the H100 (2026-12-07): every output equal to k_fgemm's in 36 cases,
@@ -297,7 +292,7 @@ bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows) {
 void fgemm(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
            cudaStream_t s, int variant) {
   const bool v2 = variant == 2 || (variant == 0 && fgemm_v2_enabled());
-  if (v2 && fgemm2_supports(w, x, x_stride)) {
+  if (v2 && half_rows_16b_aligned(w, x, x_stride)) {
     if (w.type == GgmlType::F16) return launch_fgemm2<FmtF16>(w, x, x_stride, rows, y, y_stride, s);
     return launch_fgemm2<FmtBF16>(w, x, x_stride, rows, y, y_stride, s);
   }

@@ -19,6 +19,13 @@ constexpr int64_t kFgemmMinRows = 32;
 
 // F32/F16/BF16 weights, rows >= kFgemmMinRows, n_in % 32 == 0, one group; and not switched off.
 bool fgemm_applies(const DevMatrix& w, int64_t rows, int64_t group_rows);
+// F16/BF16 weights whose rows, and activation rows, start on 16-byte boundaries: what the
+// kernels that stage both by 16-byte copies (k_fgemm2, the tensor-core GEMM) need.
+inline bool half_rows_16b_aligned(const DevMatrix& w, const float* x, int64_t x_stride) {
+  return (w.type == GgmlType::F16 || w.type == GgmlType::BF16) && w.row_stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+}
+
 // y[r*y_stride + o] = the CPU's f32 dot of weight row o with x row r (x + r*x_stride).
 // variant 0: the backend's choice (v2 for F16/BF16 with 16-byte aligned rows when
 // fgemm_v2_enabled()), 1: k_fgemm, 2: k_fgemm2 (fails where it does not apply). Same bits.

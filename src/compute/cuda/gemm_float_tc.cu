@@ -175,10 +175,8 @@ bool fgemm_tc_enabled() {
 }
 
 bool fgemm_tc_supports(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, int64_t group_rows) {
-  const bool half = w.type == GgmlType::F16 || w.type == GgmlType::BF16;
-  return half && rows >= kFgemmTcMinRows && group_rows == 0 && w.n_out > 0 && w.n_in % kBK == 0 &&
-         w.row_stride % 16 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && x_stride % 4 == 0 &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return half_rows_16b_aligned(w, x, x_stride) && rows >= kFgemmTcMinRows && group_rows == 0 && w.n_out > 0 &&
+         w.n_in % kBK == 0;
 }
 
 void fgemm_tc(const DevMatrix& w, const float* x, int64_t x_stride, int64_t rows, float* y, int64_t y_stride,
