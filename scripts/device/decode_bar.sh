@@ -43,10 +43,10 @@ if [ "${BACKEND_CHECK:-0}" = 1 ]; then
   grep -E "^time (${CHECK_TIMES:-hc_post|add \+|moe_route|matmul \+})" "$OUT/backend_check.log"
   summary+=("backend check rc=$rc: $(tail -1 "$OUT/backend_check.log")")
 fi
-if [ "${FGEMM_CHECK:-0}" = 1 ]; then  # the tensor-core float GEMM (DS4_CUDA_FGEMM_TC) vs a double reference
+if [ "${FGEMM_CHECK:-0}" = 1 ]; then  # float GEMM v2 vs v1 bit for bit; the tensor-core path vs a double reference
   timeout 150 "$B/cuda_fgemm_tc_check" > "$OUT/fgemm_tc.log" 2>&1; rc=$?
   grep -E "FAIL|^compressor 4096->1024 +2048|^idx q_b.* 2048|^router.* 2048|^hc mix.* 2048" "$OUT/fgemm_tc.log"
-  summary+=("fgemm tc check rc=$rc: $(tail -1 "$OUT/fgemm_tc.log")")
+  summary+=("fgemm check rc=$rc: $(tail -1 "$OUT/fgemm_tc.log")")
 fi
 if [ "${MMA_CHECK:-0}" = 1 ]; then  # the tensor-core Q8_0 / MoE products vs the CPU, and the one-slot order
   timeout 240 "$B/cuda_mma_check" > "$OUT/mma_check.log" 2>&1; rc=$?
