@@ -59,7 +59,7 @@ if [ "${SKIP_AB:-0}" != 1 ]; then
 
   echo "== $L layers, 2K (t=$(el))"
   FILE=$F LAYERS=$L CTX=2048 BATCH=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
-    DS4_ROOT=$ROOT timeout 300 bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
+    DS4_ROOT=$ROOT timeout ${AB_TIMEOUT:-300} bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
   for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
 fi
 

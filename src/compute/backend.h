@@ -167,6 +167,16 @@ class Backend {
   // Waits until every op issued so far has finished (and reports its failure, if any).
   virtual void synchronize() {}
 
+  // ---- concurrency hints ---------------------------------------------------------------------
+  // Ops issued between branch_begin() and branch_end() (the branch) depend only on what was
+  // issued before branch_begin(), and nothing issued after branch_end() reads what they write
+  // until join(): a backend with more than one queue may run the branch beside the ops that
+  // follow it. Every buffer the branch uses must outlive join(). A backend with one timeline (the
+  // default) runs everything in issue order, so results never depend on these calls.
+  virtual void branch_begin() {}
+  virtual void branch_end() {}
+  virtual void join() {}
+
   // Makes host bytes [data, data+bytes) usable as weights (see the memory note). A device
   // backend copies them once; calling it again for a range already held is a no-op. `what`
   // names the range in progress lines and errors.

@@ -31,13 +31,14 @@ class BlockCache {
   };
   static constexpr size_t kArenaChunk = size_t{64} << 20;
 
-  void open_arena(Arena* a, cudaStream_t s) {
+  // s2: a second stream recorded into the same graph (the backend's branch stream), or null.
+  void open_arena(Arena* a, cudaStream_t s, cudaStream_t s2 = nullptr) {
     std::lock_guard<std::mutex> lock(mu_);
-    arena_ = a, arena_stream_ = s;
+    arena_ = a, arena_stream_ = s, arena_stream2_ = s2;
   }
   void close_arena() {
     std::lock_guard<std::mutex> lock(mu_);
-    arena_ = nullptr, arena_stream_ = nullptr;
+    arena_ = nullptr, arena_stream_ = nullptr, arena_stream2_ = nullptr;
   }
   // The GPU must be done with the arena's graph.
   void free_arena(Arena& a) {
@@ -55,7 +56,7 @@ class BlockCache {
     const size_t n = round(bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (arena_ && s == arena_stream_) return arena_get(n, err);
+      if (arena_ && (s == arena_stream_ || (arena_stream2_ && s == arena_stream2_))) return arena_get(n, err);
       auto it = free_.find(key(n, s));
       if (it != free_.end() && !it->second.empty()) {
         void* p = it->second.back();
@@ -140,7 +141,7 @@ class BlockCache {
   std::unordered_map<Key, std::vector<void*>, KeyHash> free_;
   std::unordered_map<void*, Live> live_;
   Arena* arena_ = nullptr;
-  cudaStream_t arena_stream_ = nullptr;
+  cudaStream_t arena_stream_ = nullptr, arena_stream2_ = nullptr;
   std::map<uintptr_t, size_t> arena_ranges_;  // every live arena chunk: start -> bytes
 };
 

@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill(float* x, int64_t n, float value) override;
   void synchronize() override;
+  void branch_begin() override;
+  void branch_end() override;
+  void join() override;
   void register_weights(const void* data, size_t bytes, const std::string& what) override;
   bool device_memory() const override { return true; }
   uint8_t* alloc_weight_slots(size_t bytes, const std::string& what) override;
@@ -187,14 +190,22 @@ class CudaBackend final : public Backend {
   // DS4_CUDA_FUSE_QUANT=1: rms_norm, the fused hc_pre norm and swiglu write their one-row output's
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
-  // output covers the row.
+  // output covers the row. Slot 0 serves the home stream, slot 1 a branch (branch_begin), each
+  // with its own buffers; a branch starts with the home slot's copy in view, and while a branch
+  // that began with one is pending, the home stream makes no new copy (the branch may still be
+  // reading the old one).
   bool qact_on_ = false;
   static constexpr int64_t kQactCap = 65536;  // values
-  int8_t* qact_qs_ = nullptr;
-  float* qact_d_ = nullptr;
-  const float* qact_src_ = nullptr;
-  cuda::PreQ8 qact_view_;
-  void qact_forget() { qact_src_ = nullptr, q8k_src_ = nullptr; }
+  int8_t* qact_qs_[2] = {};
+  float* qact_d_[2] = {};
+  const float* qact_src_[2] = {};
+  cuda::PreQ8 qact_view_[2];
+  bool branch_shares_home_ = false;
+  int qslot() const { return in_branch_ ? 1 : 0; }
+  void qact_forget() {
+    qact_src_[qslot()] = nullptr;
+    if (!in_branch_) q8k_src_ = nullptr;
+  }
   // DS4_CUDA_ROUTER_Q8K (with the fused router): moe_router also writes its input row's Q8_K
   // quantization (cuda::PreQ8K), which the moe_experts right after it reads for the same row
   // instead of quantizing it again. Forgotten at any other op (qact_forget; the matmuls too).
@@ -312,7 +323,18 @@ class CudaBackend final : public Backend {
   std::map<std::string, ProfEntry> prof_table_;
 
   CudaOptions opt_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // where ops go: home_, or side_ inside a branch
+  cudaStream_t home_ = nullptr;    // the backend's stream (synchronize, fences, step graphs)
+  // ---- branches (backend.h concurrency hints; DS4_CUDA_BRANCH=0: every op on home_) ----
+  // A branch runs on side_, after an event recorded on home_ (fork_ev_); join() makes home_ wait
+  // for join_ev_, recorded on side_ at branch_end(). Inside a recorded step both streams are
+  // captured into the one graph, as two chains that meet at the join. While a branch is
+  // pending (ended, not joined), home_ makes no activation copies (qact_prepare): the branch's
+  // products may still be reading the one copy buffer.
+  bool branches_ = true;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
+  bool in_branch_ = false, branch_pending_ = false;
   int* d_err_ = nullptr;   // device error word (cuda_ops.h)
   int* h_err_ = nullptr;   // pinned host copy
   std::map<uintptr_t, Region> weights_;  // by host start address
@@ -338,6 +360,13 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   if (opt.device < 0 || opt.device >= n) fail("CUDA backend: device {} requested, {} visible", opt.device, n);
   check(cudaSetDevice(opt.device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  home_ = stream_;
+  branches_ = cuda::env_switch("DS4_CUDA_BRANCH", true);
+  if (branches_) {
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate(branch)");
+    check(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming), "cudaEventCreate(branch fork)");
+    check(cudaEventCreateWithFlags(&join_ev_, cudaEventDisableTiming), "cudaEventCreate(branch join)");
+  }
   cudaMemPool_t pool;
   check(cudaDeviceGetDefaultMemPool(&pool, opt.device), "cudaDeviceGetDefaultMemPool");
   uint64_t threshold = UINT64_MAX;
@@ -367,9 +396,9 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   qact_on_ = cuda::env_switch("DS4_CUDA_FUSE_QUANT", true) && !opt_.float_activations;
   const char* qs = std::getenv("DS4_CUDA_Q8_SPLIT");
   q8_split_ = qs && std::strcmp(qs, "1") == 0 && !opt_.float_activations;
-  if (qact_on_) {
-    check(cudaMalloc(reinterpret_cast<void**>(&qact_qs_), kQactCap), "cudaMalloc(activation Q8_0 copy)");
-    check(cudaMalloc(reinterpret_cast<void**>(&qact_d_), kQactCap / 32 * sizeof(float)),
+  for (int i = 0; qact_on_ && i < (branches_ ? 2 : 1); ++i) {
+    check(cudaMalloc(reinterpret_cast<void**>(&qact_qs_[i]), kQactCap), "cudaMalloc(activation Q8_0 copy)");
+    check(cudaMalloc(reinterpret_cast<void**>(&qact_d_[i]), kQactCap / 32 * sizeof(float)),
           "cudaMalloc(activation Q8_0 scales)");
   }
   router_q8k_ = router_fused_ && cuda::env_switch("DS4_CUDA_ROUTER_Q8K", true) && !opt_.float_activations;
@@ -392,6 +421,8 @@ CudaBackend::~CudaBackend() {
     std::fprintf(stderr, "cuda host: %.3f s issuing work, %.3f s waiting for the GPU, over %ld synchronizations; %s\n",
                  issue_s_, wait_s_, syncs_, step_stats().c_str());
   // No throwing here: errors at teardown are ignored (the process is releasing everything).
+  stream_ = home_;
+  if (side_) cudaStreamSynchronize(side_);
   if (stream_) cudaStreamSynchronize(stream_);
   step_record_abort();
   for (auto& g : graphs_by_key_) drop_step_graph(*g);
@@ -400,8 +431,10 @@ CudaBackend::~CudaBackend() {
     if (e) cudaEventDestroy(e);
   if (d_step_) cudaFree(d_step_);
   if (h_step_) cudaFreeHost(h_step_);
-  if (qact_qs_) cudaFree(qact_qs_);
-  if (qact_d_) cudaFree(qact_d_);
+  for (int i = 0; i < 2; ++i) {
+    if (qact_qs_[i]) cudaFree(qact_qs_[i]);
+    if (qact_d_[i]) cudaFree(qact_d_[i]);
+  }
   if (q8k_qs_) cudaFree(q8k_qs_);
   if (q8k_d_) cudaFree(q8k_d_);
   if (q8k_bs_) cudaFree(q8k_bs_);
@@ -426,11 +459,15 @@ CudaBackend::~CudaBackend() {
   }
   if (d_err_) cudaFree(d_err_);
   if (h_err_) cudaFreeHost(h_err_);
+  if (fork_ev_) cudaEventDestroy(fork_ev_);
+  if (join_ev_) cudaEventDestroy(join_ev_);
+  if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
 void CudaBackend::sync_and_check(const char* what) {
   if (rec_) fail("CUDA {}: internal: a synchronizing call inside a recorded decode step", what);
+  join();  // the home stream then covers the branch too (and one left open by a failed op is closed)
   check(cudaMemcpyAsync(h_err_, d_err_, 2 * sizeof(int), cudaMemcpyDeviceToHost, stream_), "error word copy");
   const auto t0 = std::chrono::steady_clock::now();
   cudaError_t e = cudaStreamSynchronize(stream_);
@@ -609,6 +646,37 @@ void CudaBackend::fill(float* x, int64_t n, float value) {
 
 void CudaBackend::synchronize() { sync_and_check("synchronize"); }
 
+void CudaBackend::branch_begin() {
+  if (!branches_) return;
+  if (in_branch_) fail("CUDA branch: internal: a branch inside a branch");
+  join();  // one branch at a time
+  check(cudaEventRecord(fork_ev_, home_), "cudaEventRecord(branch fork)");
+  check(cudaStreamWaitEvent(side_, fork_ev_, 0), "cudaStreamWaitEvent(branch fork)");
+  stream_ = side_;
+  in_branch_ = true;
+  qact_src_[1] = qact_src_[0];  // the home's copy, readable by the branch (written before the fork)
+  qact_view_[1] = qact_view_[0];
+  branch_shares_home_ = qact_src_[0] != nullptr;
+}
+
+void CudaBackend::branch_end() {
+  if (!in_branch_) return;
+  check(cudaEventRecord(join_ev_, side_), "cudaEventRecord(branch join)");
+  stream_ = home_;
+  in_branch_ = false;
+  branch_pending_ = true;
+}
+
+// Also closes a branch left open (an op inside it failed and the caller never reached branch_end).
+void CudaBackend::join() {
+  if (in_branch_) branch_end();
+  if (!branch_pending_) return;
+  check(cudaStreamWaitEvent(home_, join_ev_, 0), "cudaStreamWaitEvent(branch join)");
+  branch_pending_ = false;
+  branch_shares_home_ = false;
+  qact_src_[1] = nullptr;
+}
+
 // ---- weights ----------------------------------------------------------------------------------
 
 void CudaBackend::register_weights(const void* data, size_t bytes, const std::string& what) {
@@ -733,6 +801,7 @@ void CudaBackend::upload_async(void* dst, const void* host_src, size_t bytes) {
 
 uint64_t CudaBackend::fence() {
   if (rec_) fail("CUDA fence: internal: a fence inside a recorded decode step");
+  join();  // a fence covers every op issued so far
   cudaEvent_t e = nullptr;
   if (!fence_free_.empty()) {
     e = fence_free_.back();
@@ -830,24 +899,32 @@ const double* CudaBackend::dev_freqs(std::span<const double> f) {
 cuda::Q8Out CudaBackend::qact_prepare(int64_t rows, int64_t n) {
   qact_forget();
   if (!qact_on_ || rows != 1 || n <= 0 || n % 32 != 0 || n > kQactCap) return {};
-  return {qact_qs_, qact_d_};
+  if (!in_branch_ && branch_pending_ && branch_shares_home_) return {};
+  const int i = qslot();
+  return {qact_qs_[i], qact_d_[i]};
 }
 
 void CudaBackend::qact_commit(const cuda::Q8Out& q, const float* y, int64_t n) {
   if (!q.qs) return;
-  qact_src_ = y;
-  qact_view_ = {qact_qs_, qact_d_, n};
+  const int i = qslot();
+  qact_src_[i] = y;
+  qact_view_[i] = {qact_qs_[i], qact_d_[i], n};
 }
 
 const cuda::PreQ8* CudaBackend::qact_for(const float* x, int64_t rows) const {
-  return qact_src_ && x == qact_src_ && rows == 1 ? &qact_view_ : nullptr;
+  const int i = qslot();
+  return qact_src_[i] && x == qact_src_[i] && rows == 1 ? &qact_view_[i] : nullptr;
 }
 
 void CudaBackend::qact_clobbered(const float* y, int64_t rows, int64_t y_stride, int64_t n_out) {
-  if (!qact_src_ || !y || rows <= 0) return;
+  if (!y || rows <= 0) return;
   const auto a0 = reinterpret_cast<uintptr_t>(y), a1 = reinterpret_cast<uintptr_t>(y + (rows - 1) * y_stride + n_out);
-  const auto b0 = reinterpret_cast<uintptr_t>(qact_src_), b1 = reinterpret_cast<uintptr_t>(qact_src_ + qact_view_.n);
-  if (a0 < b1 && b0 < a1) qact_forget();
+  for (int i = 0; i < 2; ++i) {  // either slot's row (a branch writes nothing the home reads, but be safe)
+    if (!qact_src_[i]) continue;
+    const auto b0 = reinterpret_cast<uintptr_t>(qact_src_[i]);
+    const auto b1 = reinterpret_cast<uintptr_t>(qact_src_[i] + qact_view_[i].n);
+    if (a0 < b1 && b0 < a1) qact_src_[i] = nullptr;
+  }
 }
 
 void CudaBackend::with_q8_split(cuda::DevMatrix& dm, int64_t) {
@@ -1352,7 +1429,8 @@ const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, i
   rec_graph_.key = key;
   rec_graph_.n_extra = extra.size();
   rec_extra_.assign(extra.begin(), extra.end());
-  cuda::block_cache().open_arena(&rec_graph_.arena, stream_);
+  join();
+  cuda::block_cache().open_arena(&rec_graph_.arena, stream_, side_);
   cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
   if (e != cudaSuccess) {
     cuda::block_cache().close_arena();
@@ -1368,6 +1446,7 @@ const int32_t* CudaBackend::step_record_begin(const StepKey& key, int64_t pos, i
 const float* CudaBackend::step_record_end(const float* logits) {
   qact_forget();
   if (!rec_) fail("CUDA step graph: no recording is open");
+  join();  // the captured side stream must end joined to the home stream
   cudaGraph_t graph = nullptr;
   rec_ = false;
   cuda::block_cache().close_arena();
@@ -1407,6 +1486,11 @@ void CudaBackend::step_record_abort() noexcept {
   } catch (...) {
   }
   std::fprintf(stderr, "cuda: recording a decode step failed; later steps of its shape run op by op\n");
+  // A branch left open (an op failed inside it) is joined, so that the capture can end.
+  if (in_branch_) cudaEventRecord(join_ev_, side_);
+  if (in_branch_ || branch_pending_) cudaStreamWaitEvent(home_, join_ev_, 0);
+  stream_ = home_;
+  in_branch_ = branch_pending_ = false;
   cuda::block_cache().close_arena();
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
@@ -1457,7 +1541,8 @@ void CudaBackend::moe_router(const Matrix& router, const float* x, int64_t rows,
     qact_forget();
     Prof prof(this, "moe_router (fused)");
     const cuda::DevMatrix dm = dev_matrix(router, "moe_router", "router");
-    const bool q8k = router_q8k_ && router.n_in <= kQactCap && router.n_in % 256 == 0;
+    // (not inside a branch: the home stream's experts may be reading the one Q8_K buffer)
+    const bool q8k = router_q8k_ && !in_branch_ && router.n_in <= kQactCap && router.n_in % 256 == 0;
     q8k_view_ = {q8k_qs_, q8k_d_, q8k_bs_, router.n_in};
     if (cuda::matmul_route(dm, x, logits, route_args(tokens, p, experts, weights), stream_, q8k ? &q8k_view_ : nullptr)) {
       if (q8k) q8k_src_ = x;

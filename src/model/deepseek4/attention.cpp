@@ -58,7 +58,7 @@ compute::Buffer<int32_t> Forward::indexer_chunk(int64_t il, const float* q_idx, 
 void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   const LayerWeights& L = w_.layers[static_cast<size_t>(il)];
   LayerState& S = st_.layers[static_cast<size_t>(il)];
-  const int64_t d = hp_.n_embd, hd = hp_.head_dim, nh = hp_.n_head, R = hp_.ratio(il);
+  const int64_t hd = hp_.head_dim, nh = hp_.n_head, R = hp_.ratio(il);
   const int64_t win = hp_.sliding_window;
   const std::vector<double>& freqs = R > 0 ? m_.freqs_compressed_ : m_.freqs_swa_;
   const bool sim = m_.opt_.act_quant_sim;
@@ -92,40 +92,48 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   be_.matmul_many(ws, a.data(), n_, ys);
 
   be_.rms_norm(qr.data(), L.q_a_norm, hp_.q_lora_rank, n_, hp_.rms_eps, qr.data());
-  FBuf q = buf(n_ * L.q_b.n_out);
-  if (need_index_scores) {
-    iq = buf(n_ * L.idx_q_b.n_out);
-    const compute::Matrix* qw[] = {&L.q_b, &L.idx_q_b};
-    float* qy[] = {q.data(), iq.data()};
-    be_.matmul_many(qw, qr.data(), n_, qy);
-  } else {
-    be_.matmul(L.q_b, qr.data(), n_, q.data());
+  // The indexer's path (its q, its compressor's stores and rows, the top-k of every query) is a
+  // branch (backend.h): it reads only what is computed above and writes only its own state
+  // and `sel`, so a device backend runs it beside q_b, the q/kv preparation and the attention
+  // compressor, and joins it before the attention reads `sel`.
+  compute::Buffer<int32_t> sel;
+  if (L.has_indexer) {
+    be_.branch_begin();
+    if (need_index_scores) {
+      iq = buf(n_ * L.idx_q_b.n_out);
+      be_.matmul(L.idx_q_b, qr.data(), n_, iq.data());
+    }
+    compressor_chunk(L.idx_comp, S.index, ikv.data(), isc.data(), true);
+    if (L.has_compressor && (p0_ + n_) / R > hp_.indexer_top_k) {
+      if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
+      sel = indexer_chunk(il, iq.data(), iw.data());
+    }
+    be_.branch_end();
   }
+  FBuf q = buf(n_ * L.q_b.n_out);
+  be_.matmul(L.q_b, qr.data(), n_, q.data());
   // Position-wise steps for the whole batch (each row depends on its own token only): q normed
   // per head without a weight (trap 6), kv with kv_norm, RoPE on both, kv's non-RoPE dims to FP8.
   be_.attn_qkv_prep(q.data(), kv.data(), n_, nh, hd, L.kv_norm, hp_.rms_eps, freqs, p0_, sim ? hd - hp_.n_rot : 0);
 
   // The position-ordered steps of the batch, one chunk op each (the ops' default bodies are
   // the token-by-token loop, so a batch still equals serial decoding): each compressor's
-  // stores and window-end rows, the indexer's top-k for every query that needs one, then
-  // attention over the raw window (the batch's own rows included), the visible compressed rows
-  // or the chosen ones.
+  // stores and window-end rows, the indexer's top-k for every query that needs one (above),
+  // then attention over the raw window (the batch's own rows included), the visible compressed
+  // rows or the chosen ones.
   if (L.has_compressor) compressor_chunk(L.comp, S.attn, ckv.data(), csc.data(), false);
-  if (L.has_indexer) compressor_chunk(L.idx_comp, S.index, ikv.data(), isc.data(), true);
+  be_.join();
   compute::Backend::AttnChunk kvs;
   kvs.ring = S.raw.data();
   kvs.window = win;
   kvs.fresh = kv.data();
-  compute::Buffer<int32_t> sel;
   if (L.has_compressor) {
     if (S.attn.n_rows != (p0_ + n_) / R)
       fail("deepseek4: internal: layer {} holds {} compressed rows at position {}", il, S.attn.n_rows, p0_ + n_ - 1);
     kvs.comp = S.attn.rows.data();
     kvs.ratio = R;
     kvs.comp_capacity = S.attn.capacity;
-    if (L.has_indexer && (p0_ + n_) / R > hp_.indexer_top_k) {
-      if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
-      sel = indexer_chunk(il, iq.data(), iw.data());
+    if (sel.data()) {
       kvs.idx = sel.data();
       kvs.n_idx = hp_.indexer_top_k;
     }

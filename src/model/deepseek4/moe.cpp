@@ -21,17 +21,20 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
 
   // The shared expert first, right after the norm that produced f: it does not depend on the
   // routing, and a backend that keeps the norm's quantized copy of f for the next products
-  // (CUDA's DS4_CUDA_FUSE_QUANT) can use it before the routing ops intervene. Added to the
-  // routed experts' sum at the end, as before.
+  // (CUDA's DS4_CUDA_FUSE_QUANT) can use it before the routing ops intervene. It is a branch
+  // (backend.h): a device backend runs it beside the router and the routed experts, and joins
+  // it before the sum. Its buffers live until then (ys to the end; gs/us/hs are only its own).
   FBuf ys;
   if (L.has_shared) {
     const int64_t sff = L.gate_sh.n_out;
+    be_.branch_begin();
     FBuf gs = buf(n_ * sff), us = buf(n_ * sff), hs = buf(n_ * sff);
     const compute::Matrix* sw[] = {&L.gate_sh, &L.up_sh};
     float* sy[] = {gs.data(), us.data()};
     be_.matmul_many(sw, f.data(), n_, sy);
     be_.swiglu(gs.data(), us.data(), n_, sff, limit, nullptr, hs.data());
     ys = project(L.down_sh, hs, n_);
+    be_.branch_end();
   }
 
   FBuf logits = buf(n_ * L.router.n_out);
@@ -67,6 +70,7 @@ void Forward::ffn_layer(int64_t il, const FBuf& X, FBuf& Xout) {
                     y.data());
   }
 
+  be_.join();
   if (L.has_shared)
     be_.hc_post_add(y.data(), ys.data(), X.data(), mix.post.data(), mix.comb.data(), n_, hp_.n_hc, d, Xout.data());
   else
