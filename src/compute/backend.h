@@ -172,8 +172,7 @@ class Backend {
   // issued before branch_begin(), and nothing issued after branch_end() reads what they write
   // until join(): a backend with more than one queue may run the branch beside the ops that
   // follow it. Every buffer the branch uses must outlive join(). A backend with one timeline (the
-  // default) runs everything in issue order, so results never depend on these calls. A
-  // branch_begin() while a branch is pending continues that branch after the ops issued since.
+  // default) runs everything in issue order, so results never depend on these calls.
   virtual void branch_begin() {}
   virtual void branch_end() {}
   virtual void join() {}

@@ -26,7 +26,6 @@
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/gemv.h"
 #include "core/error.h"
-#include "quant/quant.h"
 
 namespace ds4::compute {
 
@@ -192,16 +191,16 @@ class CudaBackend final : public Backend {
   // Q8_0 copy (cuda::Q8Out) for the Q8_0 products that read that row next (cuda::PreQ8). The copy
   // is valid until any op but a matmul runs (each begins with qact_forget()) or a matmul's
   // output covers the row. Slot 0 serves the home stream, slot 1 a branch (branch_begin), each
-  // with its own buffers; a branch starts with the home slot's copy in view, and once one of its
-  // products has taken that copy, the home stream makes no new one until the join (the branch
-  // may still be reading the old one).
+  // with its own buffers; a branch starts with the home slot's copy in view, and while a branch
+  // that began with one is pending, the home stream makes no new copy (the branch may still be
+  // reading the old one).
   bool qact_on_ = false;
   static constexpr int64_t kQactCap = 65536;  // values
   int8_t* qact_qs_[2] = {};
   float* qact_d_[2] = {};
   const float* qact_src_[2] = {};
   cuda::PreQ8 qact_view_[2];
-  mutable bool branch_read_home_ = false;  // a branch op took the home slot's copy (qact_for)
+  bool branch_shares_home_ = false;
   int qslot() const { return in_branch_ ? 1 : 0; }
   void qact_forget() {
     qact_src_[qslot()] = nullptr;
@@ -647,17 +646,17 @@ void CudaBackend::fill(float* x, int64_t n, float value) {
 
 void CudaBackend::synchronize() { sync_and_check("synchronize"); }
 
-// A branch begun while another is pending continues it: the branch stream waits for the home
-// stream's ops issued since, after its own earlier ones; one join() ends both.
 void CudaBackend::branch_begin() {
   if (!branches_) return;
   if (in_branch_) fail("CUDA branch: internal: a branch inside a branch");
+  join();  // one branch at a time
   check(cudaEventRecord(fork_ev_, home_), "cudaEventRecord(branch fork)");
   check(cudaStreamWaitEvent(side_, fork_ev_, 0), "cudaStreamWaitEvent(branch fork)");
   stream_ = side_;
   in_branch_ = true;
   qact_src_[1] = qact_src_[0];  // the home's copy, readable by the branch (written before the fork)
   qact_view_[1] = qact_view_[0];
+  branch_shares_home_ = qact_src_[0] != nullptr;
 }
 
 void CudaBackend::branch_end() {
@@ -674,7 +673,7 @@ void CudaBackend::join() {
   if (!branch_pending_) return;
   check(cudaStreamWaitEvent(home_, join_ev_, 0), "cudaStreamWaitEvent(branch join)");
   branch_pending_ = false;
-  branch_read_home_ = false;
+  branch_shares_home_ = false;
   qact_src_[1] = nullptr;
 }
 
@@ -900,7 +899,7 @@ const double* CudaBackend::dev_freqs(std::span<const double> f) {
 cuda::Q8Out CudaBackend::qact_prepare(int64_t rows, int64_t n) {
   qact_forget();
   if (!qact_on_ || rows != 1 || n <= 0 || n % 32 != 0 || n > kQactCap) return {};
-  if (!in_branch_ && branch_pending_ && branch_read_home_) return {};
+  if (!in_branch_ && branch_pending_ && branch_shares_home_) return {};
   const int i = qslot();
   return {qact_qs_[i], qact_d_[i]};
 }
@@ -914,9 +913,7 @@ void CudaBackend::qact_commit(const cuda::Q8Out& q, const float* y, int64_t n) {
 
 const cuda::PreQ8* CudaBackend::qact_for(const float* x, int64_t rows) const {
   const int i = qslot();
-  if (!qact_src_[i] || x != qact_src_[i] || rows != 1) return nullptr;
-  if (i == 1 && qact_view_[1].qs == qact_qs_[0]) branch_read_home_ = true;
-  return &qact_view_[i];
+  return qact_src_[i] && x == qact_src_[i] && rows == 1 ? &qact_view_[i] : nullptr;
 }
 
 void CudaBackend::qact_clobbered(const float* y, int64_t rows, int64_t y_stride, int64_t n_out) {
@@ -966,9 +963,8 @@ void CudaBackend::matmul(const Matrix& w, const float* x, int64_t rows, float* y
   if (!cuda::gemv_supports(w.type)) fail("CUDA matmul: weight type {} is not supported", traits(w.type).name);
   cuda::DevMatrix dm = dev_matrix(w, "matmul", "W");
   with_q8_split(dm, rows);
-  const bool q8 = quant::vec_dot_type(w.type) == GgmlType::Q8_0;  // (only those products read the copy)
   cuda::matmul(dm, x, rows, y, x_stride ? x_stride : w.n_in, y_stride ? y_stride : w.n_out, opt_.float_activations,
-               stream_, q8 ? qact_for(x, rows) : nullptr);
+               stream_, qact_for(x, rows));
   qact_clobbered(y, rows, y_stride ? y_stride : w.n_out, w.n_out);
 }
 
@@ -980,15 +976,13 @@ void CudaBackend::matmul_many(std::span<const Matrix* const> ws, const float* x,
   if (rows <= 0 || ws.empty()) return;
   std::vector<cuda::DevMatrix> dm;
   dm.reserve(ws.size());
-  bool q8 = false;  // some product reads the activation's Q8_0 copy
   for (const Matrix* w : ws) {
     if (!cuda::gemv_supports(w->type)) fail("CUDA matmul: weight type {} is not supported", traits(w->type).name);
     dm.push_back(dev_matrix(*w, "matmul_many", "W"));
     with_q8_split(dm.back(), rows);
-    q8 = q8 || quant::vec_dot_type(w->type) == GgmlType::Q8_0;
   }
   cuda::matmul_many(dm.data(), static_cast<int>(dm.size()), x, rows, ys.data(), opt_.float_activations, stream_,
-                    q8 ? qact_for(x, rows) : nullptr);
+                    qact_for(x, rows));
   for (size_t i = 0; i < ys.size(); ++i) qact_clobbered(ys[i], rows, ws[i]->n_out, ws[i]->n_out);
 }
 
@@ -1496,8 +1490,7 @@ void CudaBackend::step_record_abort() noexcept {
   if (in_branch_) cudaEventRecord(join_ev_, side_);
   if (in_branch_ || branch_pending_) cudaStreamWaitEvent(home_, join_ev_, 0);
   stream_ = home_;
-  in_branch_ = branch_pending_ = branch_read_home_ = false;
-  qact_src_[1] = nullptr;
+  in_branch_ = branch_pending_ = false;
   cuda::block_cache().close_arena();
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);

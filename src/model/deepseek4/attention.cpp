@@ -66,52 +66,48 @@ void Forward::attention_layer(int64_t il, const FBuf& X, FBuf& Xout) {
   HcMix mix = hc_pre(L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale, X, L.attn_norm);
   const FBuf& a = mix.x_in;  // normalized by attn_norm
 
-  // The indexer's path (its projections of `a`, its compressor's stores and rows, then its q
-  // from the normed q_a output and the top-k of every query) is a branch (backend.h) in two
-  // parts: it reads only `a` and `qr` and writes only its own state and `sel`, so a device
-  // backend runs it beside the main path, and joins it before the attention reads `sel`.
+  // Every projection of `a` in one call (a device backend quantizes `a` once and runs them in
+  // one launch); then those of the normalized q_a output.
   FBuf qr = buf(n_ * L.q_a.n_out), kv = buf(n_ * L.kv.n_out);
   FBuf ckv, csc, ikv, isc, iq, iw;
-  // Scoring only matters once some query of the batch sees more rows than top-k.
-  const bool need_index_scores = L.has_indexer && (p0_ + n_) / R > hp_.indexer_top_k;
-  if (L.has_indexer) {
-    be_.branch_begin();
-    ikv = buf(n_ * L.idx_comp.kv.n_out);
-    isc = buf(n_ * L.idx_comp.gate.n_out);
-    std::vector<const compute::Matrix*> iws{&L.idx_comp.kv, &L.idx_comp.gate};
-    std::vector<float*> iys{ikv.data(), isc.data()};
-    if (need_index_scores) {
-      iw = buf(n_ * L.idx_proj.n_out);
-      iws.push_back(&L.idx_proj);
-      iys.push_back(iw.data());
-    }
-    be_.matmul_many(iws, a.data(), n_, iys);
-    compressor_chunk(L.idx_comp, S.index, ikv.data(), isc.data(), true);
-    be_.branch_end();
-  }
-
-  // The main path's projections of `a` in one call (a device backend quantizes `a` once and
-  // runs them in one launch); then those of the normalized q_a output.
   std::vector<const compute::Matrix*> ws{&L.q_a, &L.kv};
   std::vector<float*> ys{qr.data(), kv.data()};
+  auto also = [&](const compute::Matrix& w, FBuf& y) {
+    y = buf(n_ * w.n_out);
+    ws.push_back(&w);
+    ys.push_back(y.data());
+  };
   if (L.has_compressor) {
-    ckv = buf(n_ * L.comp.kv.n_out);
-    csc = buf(n_ * L.comp.gate.n_out);
-    ws.insert(ws.end(), {&L.comp.kv, &L.comp.gate});
-    ys.insert(ys.end(), {ckv.data(), csc.data()});
+    also(L.comp.kv, ckv);
+    also(L.comp.gate, csc);
+  }
+  bool need_index_scores = false;
+  if (L.has_indexer) {
+    also(L.idx_comp.kv, ikv);
+    also(L.idx_comp.gate, isc);
+    // Scoring only matters once some query of the batch sees more rows than top-k.
+    need_index_scores = (p0_ + n_) / R > hp_.indexer_top_k;
+    if (need_index_scores) also(L.idx_proj, iw);
   }
   be_.matmul_many(ws, a.data(), n_, ys);
-  be_.rms_norm(qr.data(), L.q_a_norm, hp_.q_lora_rank, n_, hp_.rms_eps, qr.data());
 
+  be_.rms_norm(qr.data(), L.q_a_norm, hp_.q_lora_rank, n_, hp_.rms_eps, qr.data());
+  // The indexer's path (its q, its compressor's stores and rows, the top-k of every query) is a
+  // branch (backend.h): it reads only what is computed above and writes only its own state
+  // and `sel`, so a device backend runs it beside q_b, the q/kv preparation and the attention
+  // compressor, and joins it before the attention reads `sel`.
   compute::Buffer<int32_t> sel;
   if (L.has_indexer) {
-    be_.branch_begin();  // continues the branch after qr
+    be_.branch_begin();
     if (need_index_scores) {
       iq = buf(n_ * L.idx_q_b.n_out);
       be_.matmul(L.idx_q_b, qr.data(), n_, iq.data());
     }
-    if (L.has_compressor && (p0_ + n_) / R > hp_.indexer_top_k)
+    compressor_chunk(L.idx_comp, S.index, ikv.data(), isc.data(), true);
+    if (L.has_compressor && (p0_ + n_) / R > hp_.indexer_top_k) {
+      if (!need_index_scores) fail("deepseek4: internal: indexer scores not computed for layer {}", il);
       sel = indexer_chunk(il, iq.data(), iw.data());
+    }
     be_.branch_end();
   }
   FBuf q = buf(n_ * L.q_b.n_out);
