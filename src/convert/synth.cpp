@@ -4,9 +4,13 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <future>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "convert/hf_config.h"
@@ -19,11 +23,15 @@ namespace ds4::convert {
 
 namespace {
 
-// splitmix64: small, fast, and good enough for test data.
+// splitmix64: small, fast, and good enough for test data. Its state advances by a constant per
+// draw, so the generator `n` draws ahead is Rng{s + n * kGamma} (ahead()): the chunks of one
+// tensor are generated in parallel and still continue one another's stream exactly.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
 struct Rng {
   uint64_t s;
+  Rng ahead(uint64_t n) const { return Rng{s + n * kGamma}; }
   uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (s += kGamma);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -105,9 +113,45 @@ void fill_rows(const TensorPlan& p, uint64_t rows, Rng& rng, std::vector<uint8_t
   }
 }
 
+// Draws fill_rows makes for `rows` rows of plan p (it must change with fill_rows).
+uint64_t draws_for(const TensorPlan& p, uint64_t rows) {
+  const uint64_t ne0 = p.ne[0];
+  switch (p.type) {
+    case GgmlType::F32: {
+      const bool norm = p.name.find("norm") != std::string::npos;
+      const bool scale = p.name.find("_scale") != std::string::npos;
+      return rows * ne0 * (!norm && scale ? 1 : 4);  // uniform(): 1 draw, normal(): 4
+    }
+    case GgmlType::F16: return rows * ne0 * 4;
+    case GgmlType::I32: return rows * ne0;
+    default: {
+      const auto& tr = traits(p.type);
+      const uint64_t bytes = row_bytes(tr, ne0) * rows;
+      return bytes / 8 + bytes % 8 + bytes / tr.block_bytes;
+    }
+  }
+}
+
 bool is_expert(const TensorPlan& p) { return p.role == Role::ExpertGateUp || p.role == Role::ExpertDown; }
 
+// The generator state piece k (of `step` rows each before it) of plan p starts from.
+Rng piece_rng(const TensorPlan& p, Rng first, uint64_t step, uint64_t k) { return first.ahead(k * draws_for(p, step)); }
+
 }  // namespace
+
+std::vector<uint8_t> synth_tensor_bytes(const TensorPlan& p, uint64_t state, uint64_t step, bool jump,
+                                        const ModelShape& shape) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+  std::vector<uint8_t> all, piece;
+  Rng carried{state};
+  for (uint64_t r0 = 0, k = 0; r0 < rows; r0 += step, ++k) {
+    Rng jumped = piece_rng(p, Rng{state}, step, k);
+    fill_rows(p, std::min(step, rows - r0), jump ? jumped : carried, piece, shape);
+    all.insert(all.end(), piece.begin(), piece.end());
+  }
+  return all;
+}
 
 SynthReport synth(const SynthOptions& o) {
   if (o.layers == 0) fail("synth: --layers must be at least 1");
@@ -122,7 +166,17 @@ SynthReport synth(const SynthOptions& o) {
   for (const auto& p : plan) w.add_tensor(p.name, p.type, p.ne);
   w.write_header();
 
-  std::vector<uint8_t> buf;
+  // The file in order as pieces: a hole, or up to ~16 MB of one tensor's rows with the generator
+  // state its rows start from. Groups of pieces are generated on every core while the previous
+  // group is written (one sequential writer), so the bytes are those of one generator per tensor.
+  struct Piece {
+    const TensorPlan* p = nullptr;
+    uint64_t rows = 0, hole = 0;
+    Rng rng{0};
+    std::vector<uint8_t>* buf = nullptr;  // one of the two groups' buffers, reused (no fresh pages)
+    std::exception_ptr error;
+  };
+  std::vector<Piece> pieces;
   for (size_t i = 0; i < plan.size(); ++i) {
     const auto& p = plan[i];
     const auto& tr = traits(p.type);
@@ -130,16 +184,61 @@ SynthReport synth(const SynthOptions& o) {
     for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
     const uint64_t total = rows * row_bytes(tr, p.ne[0]);
     if (o.sparse == Sparse::All || (o.sparse == Sparse::Experts && is_expert(p))) {
-      w.skip_tensor_data(total);
+      Piece hole;
+      hole.p = &p;
+      hole.hole = total;
+      pieces.push_back(std::move(hole));
       continue;
     }
-    Rng rng{o.seed * 0x100000001B3ull + i};
+    const Rng rng{o.seed * 0x100000001B3ull + i};
     const uint64_t step = std::max<uint64_t>(1, (uint64_t{1} << 24) / row_bytes(tr, p.ne[0]));  // ~16 MB
-    for (uint64_t r0 = 0; r0 < rows; r0 += step) {
-      const uint64_t nr = std::min(step, rows - r0);
-      fill_rows(p, nr, rng, buf, shape);
-      w.write_tensor_data(buf);
-      rep.written_bytes += buf.size();
+    for (uint64_t r0 = 0, k = 0; r0 < rows; r0 += step, ++k) {
+      Piece pc;
+      pc.p = &p;
+      pc.rows = std::min(step, rows - r0);
+      pc.rng = piece_rng(p, rng, step, k);
+      pieces.push_back(std::move(pc));
+    }
+  }
+  const size_t group = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  std::vector<std::vector<uint8_t>> bufs(2 * group);  // group g's pieces use half g % 2
+  auto generate = [&](size_t a, size_t b) {
+    std::vector<std::thread> th;
+    for (size_t k = a; k < b; ++k) {
+      if (pieces[k].hole) continue;
+      pieces[k].buf = &bufs[(a / group) % 2 * group + (k - a)];
+      auto work = [&pc = pieces[k], &shape] {
+        try {
+          fill_rows(*pc.p, pc.rows, pc.rng, *pc.buf, shape);
+        } catch (...) {
+          pc.error = std::current_exception();
+        }
+      };
+      try {
+        th.emplace_back(work);
+      } catch (...) {
+        work();  // no thread to be had: generate it here
+      }
+    }
+    for (auto& t : th) t.join();
+  };
+  std::future<void> next = std::async(std::launch::async, generate, 0, std::min(group, pieces.size()));
+  for (size_t a = 0; a < pieces.size(); a += group) {
+    next.get();
+    const size_t b = std::min(a + group, pieces.size());
+    if (b < pieces.size()) next = std::async(std::launch::async, generate, b, std::min(b + group, pieces.size()));
+    for (size_t k = a; k < b; ++k) {
+      Piece& pc = pieces[k];
+      if (pc.error) {
+        if (next.valid()) next.wait();  // its threads reference `pieces`
+        std::rethrow_exception(pc.error);
+      }
+      if (pc.hole) {
+        w.skip_tensor_data(pc.hole);
+        continue;
+      }
+      w.write_tensor_data(*pc.buf);
+      rep.written_bytes += pc.buf->size();
     }
   }
   w.finish();

@@ -4,6 +4,7 @@
 // 81-153 GB files.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "convert/gguf_layout.h"
 
@@ -33,5 +34,12 @@ struct SynthReport {
 // fields are finite and small and whose other bytes are random (every bit pattern of those
 // fields is a valid code), tid2eid rows of distinct expert ids.
 SynthReport synth(const SynthOptions& o);
+
+// Bytes of one tensor as synth makes them from generator state `state`, in pieces of `step`
+// rows: jump = false carries one generator through the pieces in order (the definition), jump
+// = true starts each piece from the state its predecessors would leave (what synth does, so
+// that pieces can be generated in parallel). Equal bytes either way; for tests.
+std::vector<uint8_t> synth_tensor_bytes(const TensorPlan& p, uint64_t state, uint64_t step, bool jump,
+                                        const ModelShape& shape);
 
 }  // namespace ds4::convert

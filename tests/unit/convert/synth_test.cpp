@@ -277,3 +277,45 @@ TEST(ConvertSynth, Qwen36Q4With40LayersMatchesThePublishedShapes) {
   }
   std::filesystem::remove(out);
 }
+
+// synth generates a tensor's pieces in parallel, each from the generator state its predecessors
+// would leave (draws counted per type): the bytes must be those of one generator carried
+// through the pieces in order, for every type and for pieces whose byte count is not a
+// multiple of 8 (the quantized tail draws).
+TEST(ConvertSynth, ParallelPiecesEqualOneGeneratorCarriedThrough) {
+  using ds4::convert::TensorPlan;
+  const auto shape = ds4::convert::flash_shape(1);
+  auto plan = [](std::string name, GgmlType type, std::vector<uint64_t> ne) {
+    TensorPlan p;
+    p.name = std::move(name);
+    p.type = type;
+    p.ne = std::move(ne);
+    return p;
+  };
+  const std::vector<TensorPlan> plans = {
+      plan("blk.0.attn_norm.weight", GgmlType::F32, {96, 5}),
+      plan("blk.0.hc_attn_scale", GgmlType::F32, {3, 7}),
+      plan("blk.0.hc_attn_base", GgmlType::F32, {24, 3}),
+      plan("blk.0.attn_q_a.weight", GgmlType::F16, {64, 9}),
+      plan("blk.0.ffn_gate_tid2eid", GgmlType::I32, {6, 11}),
+      plan("blk.0.attn_q_b.weight", GgmlType::Q8_0, {64, 13}),   // 68-byte rows: pieces end mid-word
+      plan("blk.0.ffn_down_exps.weight", GgmlType::Q2_K, {256, 7}),
+      plan("blk.0.ffn_gate_exps.weight", GgmlType::IQ2_XXS, {256, 9}),
+      plan("blk.0.ffn_up_exps.weight", GgmlType::Q4_K, {256, 5}),
+  };
+  for (const auto& p : plans)
+    for (uint64_t step : {1, 2, 3, 4, 100}) {
+      const auto one = ds4::convert::synth_tensor_bytes(p, 12345, step, false, shape);
+      const auto pieces = ds4::convert::synth_tensor_bytes(p, 12345, step, true, shape);
+      ASSERT_FALSE(one.empty()) << p.name;
+      EXPECT_EQ(one, pieces) << p.name << ", pieces of " << step << " rows";
+      // And the pieces do not repeat one another: a piece started from the first piece's state
+      // would make the same bytes again.
+      if (step < p.ne[1] && step * 2 <= p.ne[1]) {
+        const size_t pb = one.size() / p.ne[1] * step;
+        EXPECT_NE(std::vector<uint8_t>(one.begin(), one.begin() + pb),
+                  std::vector<uint8_t>(one.begin() + pb, one.begin() + 2 * pb))
+            << p.name;
+      }
+    }
+}
