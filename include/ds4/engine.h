@@ -114,6 +114,10 @@ struct EngineOptions {
 struct MemoryPlan {
   uint64_t file_bytes = 0;       // size of the GGUF file (mapped read-only, shared, paged on demand)
   uint64_t weights_bytes = 0;    // tensor data inside it
+  // Weight bytes one decode token reads: every tensor whole, except the routed experts (the
+  // k used of each layer's experts) and the tables read by row (the token embedding, hash
+  // routing's token-to-expert ids: one row each). Decode t/s times this is the weight bandwidth.
+  uint64_t decode_bytes_per_token = 0;
   int64_t n_ctx = 0;             // context the state figures are for
   uint64_t state_fixed_bytes = 0;      // per session, independent of position: sliding windows,
                                        // compressor partial windows, logits

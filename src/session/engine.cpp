@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -72,10 +73,28 @@ namespace {
 
 constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_length
 
+// MemoryPlan::decode_bytes_per_token. Routed-expert tensors are named *_exps.* with the expert
+// index as their last dimension (a pruned layer has fewer); by-row tables: token_embd, *tid2eid*.
+uint64_t decode_read_bytes(const gguf::File& f, int64_t k) {
+  double total = 0;
+  for (const auto& t : f.tensors()) {
+    const uint64_t last = t.ne.empty() ? 1 : t.ne.back();
+    if (t.name.find("_exps.") != std::string::npos && t.ne.size() == 3 && last > 0)
+      total += static_cast<double>(t.n_bytes) * static_cast<double>(std::min<uint64_t>(k, last)) /
+               static_cast<double>(last);
+    else if ((t.name == "token_embd.weight" || t.name.find("tid2eid") != std::string::npos) && last > 0)
+      total += static_cast<double>(t.n_bytes) / static_cast<double>(last);
+    else
+      total += static_cast<double>(t.n_bytes);
+  }
+  return static_cast<uint64_t>(std::llround(total));
+}
+
 MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, int64_t n_ctx) {
   MemoryPlan p;
   p.file_bytes = f.file_size();
   for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
+  p.decode_bytes_per_token = decode_read_bytes(f, hp.n_expert_used);
   p.n_ctx = n_ctx;
   uint64_t fixed = static_cast<uint64_t>(hp.n_vocab);  // logits
   // Growth per token in float units times R (so per-layer 1/R shares add up exactly).
@@ -105,6 +124,7 @@ MemoryPlan make_plan(const gguf::File& f, const model::qwen35moe::HParams& hp, i
   MemoryPlan p;
   p.file_bytes = f.file_size();
   for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
+  p.decode_bytes_per_token = decode_read_bytes(f, hp.n_expert_used);
   p.n_ctx = n_ctx;
   // Fixed: logits + every DeltaNet layer's conv history and recurrent state. Per token: the
   // token id and K + V rows of every full-attention layer.
@@ -329,10 +349,11 @@ void open_qwen35moe(Engine::Impl& impl, gguf::File file, const EngineOptions& o)
 
 std::string MemoryPlan::describe() const {
   return fmt::format(
-      "model file        {} (mapped read-only; weights {})\n"
+      "model file        {} (mapped read-only; weights {}, {} read per decode token)\n"
       "session state     {} fixed + {} per token = {} at {} tokens\n"
       "rewind checkpoint {} each{}{}{}{}",
-      human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(state_fixed_bytes), state_bytes_per_token,
+      human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(decode_bytes_per_token),
+      human_bytes(state_fixed_bytes), state_bytes_per_token,
       human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes), residency.empty() ? "" : "\n", residency,
       expert_streaming.empty() ? "" : "\n", expert_streaming);
 }

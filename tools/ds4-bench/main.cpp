@@ -169,8 +169,15 @@ int main(int argc, char** argv) {
         session->rewind(frontier);
       }
       const uint64_t kv = plan.state_fixed_bytes + plan.state_bytes_per_token * static_cast<uint64_t>(frontier);
+      const double gen_tps = gen_s > 0 ? static_cast<double>(generated) / gen_s : 0.0;
       row(fmt::format("{},{},{:.2f},{},{:.2f},{}\n", frontier, n, static_cast<double>(n) / prefill_s, generated,
-                      gen_s > 0 ? static_cast<double>(generated) / gen_s : 0.0, kv));
+                      gen_tps, kv));
+      // The weight bandwidth decode reached (the plan's bytes per token; the KV rows it also reads
+      // are in kv_bytes): to set against --mem-copy's figure or the device's copy rate.
+      if (generated > 0)
+        fmt::print(stderr, "ds4-bench: ctx {} decode reads {:.3f} GB of weights per token: {:.1f} GB/s at {:.2f} t/s\n",
+                   frontier, static_cast<double>(plan.decode_bytes_per_token) / 1e9,
+                   static_cast<double>(plan.decode_bytes_per_token) * gen_tps / 1e9, gen_tps);
     }
     if (csv) std::fclose(csv);
     if (stats && !engine->expert_stats().empty()) fmt::print(stderr, "{}", engine->expert_stats());

@@ -2,6 +2,7 @@
 // cancellation, progress, sampling and generation.
 #include <atomic>
 
+#include "gguf/gguf.h"
 #include "session_fixture.h"
 
 namespace ds4::test {
@@ -59,6 +60,33 @@ TEST(Engine, MemoryPlanMatchesTheStateItDescribes) {
   EXPECT_GT(p.weights_bytes, 0u);
   EXPECT_GE(p.file_bytes, p.weights_bytes);
   EXPECT_FALSE(p.describe().empty());
+}
+
+// The weight bytes one decode token reads, by another route from the file's tensor table: all
+// the weights, less the routed experts a token does not use (all but k of each layer's n) and
+// all but one row of the embedding and of the hash-routing tables.
+TEST(Engine, DecodeBytesPerTokenCountsTheUsedExpertsAndOneEmbeddingRow) {
+  auto e = open_engine();
+  const auto& p = e->memory_plan();
+  const auto f = gguf::File::open(chat_model_path());
+  const double k = static_cast<double>(f.get_uint("deepseek4.expert_used_count").value());
+  double unused = 0;
+  int expert_tensors = 0, by_row = 0;
+  for (const auto& t : f.tensors()) {
+    if (t.name.ends_with("_exps.weight")) {
+      ASSERT_EQ(t.ne.size(), 3u) << t.name;
+      unused += static_cast<double>(t.n_bytes) * (1.0 - k / static_cast<double>(t.ne[2]));
+      ++expert_tensors;
+    } else if (t.name == "token_embd.weight" || t.name.ends_with("tid2eid.weight")) {
+      unused += static_cast<double>(t.n_bytes) * (1.0 - 1.0 / static_cast<double>(t.ne.back()));
+      ++by_row;
+    }
+  }
+  EXPECT_EQ(expert_tensors, 3 * 4);  // gate, up, down of each of the 4 layers
+  EXPECT_GE(by_row, 1);
+  EXPECT_NEAR(static_cast<double>(p.decode_bytes_per_token), static_cast<double>(p.weights_bytes) - unused, 1.0);
+  EXPECT_LT(p.decode_bytes_per_token, p.weights_bytes);
+  EXPECT_NE(p.describe().find("read per decode token"), std::string::npos);
 }
 
 TEST(Session, SyncEvaluatesOnlyWhatIsNew) {
