@@ -61,6 +61,8 @@ if [ "${SKIP_AB:-0}" != 1 ]; then
   FILE=$F LAYERS=$L CTX=2048 BATCH=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
     DS4_ROOT=$ROOT timeout ${AB_TIMEOUT:-300} bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
   for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done
+  # (ds4-bench's weight bandwidth line: the plan's bytes per decode token x t/s, last variant run)
+  summary+=("2K: $(grep -h 'decode reads' /tmp/ab_*.log | tail -1)")
 fi
 
 # Prefill A/B (PREFILL_VARIANTS, as VARIANTS) over a PREFILL_CTX-token prompt (default 8K), 2K chunks.
@@ -97,6 +99,7 @@ for ctx in ${CTXS-16384 65536}; do  # (the 64K prefill alone takes about a minut
   timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
     --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
   summary+=("ctx $ctx: $(tail -1 "$OUT/b$ctx.csv" 2>/dev/null || tail -1 "$OUT/b$ctx.log")")
+  summary+=("$(grep -h 'decode reads' "$OUT/b$ctx.log" | tail -1)")
 done
 
 # PREFILL_PROFILE="ENV=VAL,...": per-op GPU time (DS4_CUDA_PROFILE=1) of a PREFILL_CTX-token prefill
