@@ -73,28 +73,33 @@ namespace {
 
 constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_length
 
-// MemoryPlan::decode_bytes_per_token. Routed-expert tensors are named *_exps.* with the expert
-// index as their last dimension (a pruned layer has fewer); by-row tables: token_embd, *tid2eid*.
-uint64_t decode_read_bytes(const gguf::File& f, int64_t k) {
-  double total = 0;
+// The plan's weight figures, alike for every family. decode_bytes_per_token: all the weights,
+// less the routed experts a token skips (all but k of each layer's, from the tensor's expert
+// dimension: a pruned layer has fewer) and all but one row of the tables read by row (the
+// token embedding, hash routing's tid2eid).
+MemoryPlan weight_plan(const gguf::File& f, int64_t n_layer, int64_t k) {
+  MemoryPlan p;
+  p.file_bytes = f.file_size();
+  double skipped = 0;
   for (const auto& t : f.tensors()) {
-    const uint64_t last = t.ne.empty() ? 1 : t.ne.back();
-    if (t.name.find("_exps.") != std::string::npos && t.ne.size() == 3 && last > 0)
-      total += static_cast<double>(t.n_bytes) * static_cast<double>(std::min<uint64_t>(k, last)) /
-               static_cast<double>(last);
-    else if ((t.name == "token_embd.weight" || t.name.find("tid2eid") != std::string::npos) && last > 0)
-      total += static_cast<double>(t.n_bytes) / static_cast<double>(last);
-    else
-      total += static_cast<double>(t.n_bytes);
+    p.weights_bytes += t.n_bytes;
+    const double rows = t.ne.empty() ? 1.0 : static_cast<double>(t.ne.back());
+    if (t.name == "token_embd.weight" || t.name.find("tid2eid") != std::string::npos)
+      skipped += static_cast<double>(t.n_bytes) * (1.0 - 1.0 / rows);
   }
-  return static_cast<uint64_t>(std::llround(total));
+  for (int64_t il = 0; il < n_layer; ++il)
+    for (int c = 0; c < 3; ++c) {
+      const gguf::TensorInfo* t = f.find_tensor(stream::expert_tensor_name(il, c));
+      if (!t || t->ne.size() != 3 || static_cast<int64_t>(t->ne[2]) <= k) continue;
+      skipped += static_cast<double>(t->n_bytes) * static_cast<double>(static_cast<int64_t>(t->ne[2]) - k) /
+                 static_cast<double>(t->ne[2]);
+    }
+  p.decode_bytes_per_token = p.weights_bytes - static_cast<uint64_t>(std::llround(skipped));
+  return p;
 }
 
 MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, int64_t n_ctx) {
-  MemoryPlan p;
-  p.file_bytes = f.file_size();
-  for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
-  p.decode_bytes_per_token = decode_read_bytes(f, hp.n_expert_used);
+  MemoryPlan p = weight_plan(f, hp.n_layer, hp.n_expert_used);
   p.n_ctx = n_ctx;
   uint64_t fixed = static_cast<uint64_t>(hp.n_vocab);  // logits
   // Growth per token in float units times R (so per-layer 1/R shares add up exactly).
@@ -121,10 +126,7 @@ MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, i
 }
 
 MemoryPlan make_plan(const gguf::File& f, const model::qwen35moe::HParams& hp, int64_t n_ctx) {
-  MemoryPlan p;
-  p.file_bytes = f.file_size();
-  for (const auto& t : f.tensors()) p.weights_bytes += t.n_bytes;
-  p.decode_bytes_per_token = decode_read_bytes(f, hp.n_expert_used);
+  MemoryPlan p = weight_plan(f, hp.n_layer, hp.n_expert_used);
   p.n_ctx = n_ctx;
   // Fixed: logits + every DeltaNet layer's conv history and recurrent state. Per token: the
   // token id and K + V rows of every full-attention layer.
