@@ -132,6 +132,12 @@ uint64_t draws_for(const TensorPlan& p, uint64_t rows) {
   }
 }
 
+uint64_t tensor_rows(const TensorPlan& p) {
+  uint64_t rows = 1;
+  for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+  return rows;
+}
+
 bool is_expert(const TensorPlan& p) { return p.role == Role::ExpertGateUp || p.role == Role::ExpertDown; }
 
 // The generator state piece k (of `step` rows each before it) of plan p starts from.
@@ -141,8 +147,7 @@ Rng piece_rng(const TensorPlan& p, Rng first, uint64_t step, uint64_t k) { retur
 
 std::vector<uint8_t> synth_tensor_bytes(const TensorPlan& p, uint64_t state, uint64_t step, bool jump,
                                         const ModelShape& shape) {
-  uint64_t rows = 1;
-  for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+  const uint64_t rows = tensor_rows(p);
   std::vector<uint8_t> all, piece;
   Rng carried{state};
   for (uint64_t r0 = 0, k = 0; r0 < rows; r0 += step, ++k) {
@@ -180,8 +185,7 @@ SynthReport synth(const SynthOptions& o) {
   for (size_t i = 0; i < plan.size(); ++i) {
     const auto& p = plan[i];
     const auto& tr = traits(p.type);
-    uint64_t rows = 1;
-    for (size_t d = 1; d < p.ne.size(); ++d) rows *= p.ne[d];
+    const uint64_t rows = tensor_rows(p);
     const uint64_t total = rows * row_bytes(tr, p.ne[0]);
     if (o.sparse == Sparse::All || (o.sparse == Sparse::Experts && is_expert(p))) {
       Piece hole;
