@@ -328,9 +328,8 @@ class CudaBackend final : public Backend {
   // ---- branches (backend.h concurrency hints; DS4_CUDA_BRANCH=0: every op on home_) ----
   // A branch runs on side_, after an event recorded on home_ (fork_ev_); join() makes home_ wait
   // for join_ev_, recorded on side_ at branch_end(). Inside a recorded step both streams are
-  // captured into the one graph, as two chains that meet at the join. While a branch is
-  // pending (ended, not joined), home_ makes no activation copies (qact_prepare): the branch's
-  // products may still be reading the one copy buffer.
+  // captured into the one graph, as two chains that meet at the join. (The activation copies'
+  // rule while a branch is pending: the qact slots above.)
   bool branches_ = true;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_ev_ = nullptr, join_ev_ = nullptr;
