@@ -33,8 +33,8 @@ std::unique_ptr<DeviceSlots> backend_device_slots(compute::Backend& be) {
 }
 
 DeviceTier::DeviceTier(std::unique_ptr<DeviceSlots> dev, size_t n_ids, uint64_t slot_bytes, int64_t n_slots,
-                       PolicyKind policy, int decay_tokens)
-    : dev_(std::move(dev)), entries_(n_ids), policy_(policy, n_ids, decay_tokens) {
+                       PolicyKind policy, int decay_tokens, int recent_tokens)
+    : dev_(std::move(dev)), entries_(n_ids), policy_(policy, n_ids, decay_tokens, recent_tokens) {
   if (!dev_) fail("internal: device expert cache without device memory");
   if (n_slots < 1 || slot_bytes == 0) fail("internal: device expert cache of {} slots of {} bytes", n_slots, slot_bytes);
   // 256-byte slot starts keep each view's alignment that of its host slot (4 KiB-aligned

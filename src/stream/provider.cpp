@@ -261,7 +261,7 @@ std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const 
   p->k_ = experts_used_per_token(f);
   p->pool_ = std::make_unique<SlotPool>(budget);
   const size_t n_ids = static_cast<size_t>(L.n_layer * L.n_expert);
-  p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens);
+  p->policy_ = std::make_unique<EvictionPolicy>(opt.policy, n_ids, opt.decay_tokens, opt.recent_tokens);
   p->entries_.resize(n_ids);
   p->resident_pos_.assign(n_ids, kNone);
   p->pf_layer_.assign(static_cast<size_t>(L.n_layer), 0);
@@ -330,7 +330,7 @@ void ExpertProvider::attach_device(std::unique_ptr<DeviceSlots> slots, int64_t n
   if (pool_->allocated() > 0) fail("internal: the device expert tier must be attached before the first acquire");
   if (!slots) fail("internal: device expert tier without device memory");
   auto tier = std::make_unique<DeviceTier>(std::move(slots), entries_.size(), max_slot_, n_slots, opt_.policy,
-                                           opt_.decay_tokens);
+                                           opt_.decay_tokens, opt_.recent_tokens);
   DeviceSlots* s = &tier->slots();
   dev_lead_.assign(entries_.size(), {0, 0, 0});
   // Every host buffer is page-locked when made, so copies from it are asynchronous DMA.

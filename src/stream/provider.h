@@ -75,7 +75,8 @@ struct ProviderOptions {
   uint64_t budget_bytes = 0;  // host cache; 0 = every expert (the whole expert set stays cached)
   int64_t budget_slots = 0;   // > 0: this many slots of the largest expert (overrides budget_bytes)
   PolicyKind policy = PolicyKind::Hot;
-  int decay_tokens = 16;
+  int decay_tokens = EvictionPolicy::kDefaultDecayTokens;    // hot policy (policy.h)
+  int recent_tokens = EvictionPolicy::kDefaultRecentTokens;
   IoKind io = IoKind::Auto;
   unsigned io_depth = 64;
   unsigned io_threads = 8;

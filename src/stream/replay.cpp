@@ -19,7 +19,7 @@ namespace {
 class PolicySim {
  public:
   PolicySim(const TraceHeader& h, const ReplayConfig& c)
-      : c_(c), E_(h.n_expert), pol_(c.policy, static_cast<size_t>(h.n_layer * h.n_expert), c.decay_tokens),
+      : c_(c), E_(h.n_expert), pol_(c.policy, static_cast<size_t>(h.n_layer * h.n_expert), c.decay_tokens, c.recent_tokens),
         present_(static_cast<size_t>(h.n_layer * h.n_expert), 0), prefetched_(present_.size(), 0),
         pinned_(present_.size(), 0), protect_until_(present_.size(), 0) {}
 
@@ -90,17 +90,21 @@ class PolicySim {
   }
   bool insert(size_t id, bool prefetch, ReplayResult& r) {
     if (static_cast<int64_t>(keys_.size()) >= c_.slots) {
-      auto pick = [&](bool allow_protected) {
+      // The live cache's order (EvictionPolicy::before): the recency segment last, in key order.
+      auto pick = [&](bool allow_protected, bool allow_recent) {
         for (auto it = keys_.begin(); it != keys_.end(); ++it) {
           const size_t v = std::get<2>(*it);
           if (pinned_[v]) continue;
           if (!allow_protected && c_.protect && protect_until_[v] > tokens_) continue;
+          if (!allow_recent && pol_.recent(v)) continue;
           return it;
         }
         return keys_.end();
       };
-      auto it = pick(false);
-      if (it == keys_.end() && !prefetch) it = pick(true);
+      auto it = pick(false, false);
+      if (it == keys_.end()) it = pick(false, true);
+      if (it == keys_.end() && !prefetch) it = pick(true, false);
+      if (it == keys_.end() && !prefetch) it = pick(true, true);
       if (it == keys_.end()) return false;
       const size_t v = std::get<2>(*it);
       keys_.erase(it);

@@ -24,7 +24,8 @@ struct ReplayConfig {
   int64_t slots = 0;  // cache capacity in experts
   bool belady = false;  // ignore `policy`, use the offline optimum (no prefetch)
   PolicyKind policy = PolicyKind::Lru;
-  int decay_tokens = 16;
+  int decay_tokens = EvictionPolicy::kDefaultDecayTokens;
+  int recent_tokens = EvictionPolicy::kDefaultRecentTokens;
   bool prefetch_hash = false;
   bool prefetch_lookahead = false;
   bool protect = false;

@@ -24,7 +24,8 @@ int usage() {
                "  --prefetch LIST     none, hash, lookahead, protect, all, or '+' combinations (default none,all)\n"
                "  --record-bytes B    bytes per expert for MB/token and the bound (default 7077888, Flash q2)\n"
                "  --bw GBPS           read bandwidth for the bound t/s = BW / miss bytes per token (default 7)\n"
-               "  --decay N           hot policy: counts halve every N tokens (default 16)\n"
+               "  --decay N           hot policy: counts halve every N tokens (default 256)\n"
+               "  --recent N          hot policy: experts selected in the last N tokens go last (default 2; 0: off)\n"
                "  --per-layer         hit rate per layer too\n"
                "  synthetic source:   --tokens N (512) --layers N (43) --experts N (256) --k N (6) --hash-layers N (3)\n"
                "                      --zipf A (0.8) --reuse P (0.3) --guesses N (4) --guess-recall Q (0.5) --seed S\n"
@@ -47,7 +48,7 @@ int cmd_replay_routing(int argc, char** argv) {
   std::vector<std::string> caches = {"10%", "28%", "50%"}, policies = {"lru", "hot", "belady"},
                            prefetch = {"none", "all"};
   double record_bytes = 7077888, bw = 7;
-  int decay = 16;
+  int decay = EvictionPolicy::kDefaultDecayTokens, recent = EvictionPolicy::kDefaultRecentTokens;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -63,6 +64,7 @@ int cmd_replay_routing(int argc, char** argv) {
       else if (a == "--record-bytes") record_bytes = std::stod(value());
       else if (a == "--bw") bw = std::stod(value());
       else if (a == "--decay") decay = std::stoi(value());
+      else if (a == "--recent") recent = std::stoi(value());
       else if (a == "--per-layer") per_layer = true;
       else if (a == "--tokens") syn.n_tokens = std::stoll(value());
       else if (a == "--layers") syn.n_layer = std::stoll(value());
@@ -119,6 +121,7 @@ int cmd_replay_routing(int argc, char** argv) {
           ReplayConfig c;
           c.slots = slots;
           c.decay_tokens = decay;
+          c.recent_tokens = recent;
           if (ps == "belady") {
             if (pf != "none") continue;  // the optimum is a demand-only ceiling
             c.belady = true;
