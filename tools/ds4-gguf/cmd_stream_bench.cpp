@@ -25,6 +25,8 @@ int usage() {
                "usage: ds4-gguf stream-bench MODEL.gguf [options]\n"
                "  --cache B          host cache: 8GB, 512MiB or N slots (default: 28%% of the experts)\n"
                "  --policy P         hot | lru (default hot)\n"
+               "  --decay N          hot: counts halve every N tokens (default 256)\n"
+               "  --recent N         hot: experts selected in the last N tokens go last (default 2; 0: off)\n"
                "  --prefetch LIST    none | all | hash,lookahead,protect (default all)\n"
                "  --io E             auto | uring | pread (default auto)\n"
                "  --record-reads     one read per expert (packed file) instead of one per component\n"
@@ -41,6 +43,7 @@ int cmd_stream_bench(int argc, char** argv) {
   std::string model, trace_path, cache = "28%", policy = "hot", prefetch = "all", io = "auto", packed;
   bool record = false, direct = true;
   int64_t compute_us = 0, warmup = 32;
+  int decay = EvictionPolicy::kDefaultDecayTokens, recent = EvictionPolicy::kDefaultRecentTokens;
   SyntheticRouting syn;
   syn.n_tokens = 256;
   for (int i = 1; i < argc; ++i) {
@@ -53,6 +56,8 @@ int cmd_stream_bench(int argc, char** argv) {
       if (a == "--cache") cache = value();
       else if (a == "--policy") policy = value();
       else if (a == "--prefetch") prefetch = value();
+      else if (a == "--decay") decay = std::stoi(value());
+      else if (a == "--recent") recent = std::stoi(value());
       else if (a == "--io") io = value();
       else if (a == "--record-reads") record = true;
       else if (a == "--no-direct") direct = false;
@@ -84,6 +89,8 @@ int cmd_stream_bench(int argc, char** argv) {
     o.store.packed_path = packed;
     o.store.direct_io = direct;
     o.policy = parse_policy(policy);
+    o.decay_tokens = decay;
+    o.recent_tokens = recent;
     o.io = io == "uring" ? IoKind::Uring : io == "pread" ? IoKind::Pread : IoKind::Auto;
     o.record_reads = record;
     o.prefetch_hash = o.prefetch_lookahead = o.protect = false;
