@@ -1,11 +1,18 @@
 // ds4-gguf stream-bench MODEL.gguf: drives the expert cache and its I/O path with routing from
 // a trace or from the benchmark-only synthetic source, without computing anything (or with a
 // fixed emulated compute time per layer), and reports read bandwidth, hit rates, prefetch
-// figures and I/O stall per token. Own file so it can move to ds4-bench.
+// figures and I/O stall per token. Own file so it can move to ds4-bench. --sweep GB measures
+// the disk instead: the best rate the same I/O path reaches (every queue slot busy), which is
+// what a bound "disk bandwidth / bytes per token" should divide by.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,8 +20,10 @@
 #include "command.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "stream/io.h"
 #include "stream/provider.h"
 #include "stream/replay.h"
+#include "stream/store.h"
 
 namespace {
 
@@ -29,20 +38,87 @@ int usage() {
                "  --recent N         hot: experts selected in the last N tokens go last (default 2; 0: off)\n"
                "  --prefetch LIST    none | all | hash,lookahead,protect (default all)\n"
                "  --io E             auto | uring | pread (default auto)\n"
+               "  --io-depth N       reads in flight at most (default 64)\n"
                "  --record-reads     one read per expert (packed file) instead of one per component\n"
                "  --no-direct        buffered reads (page cache) instead of O_DIRECT\n"
                "  --packed FILE      packed expert file (default MODEL.gguf.experts if present; '-' = GGUF)\n"
                "  --compute-us N     emulated compute per layer and token (sleep), for overlap (default 0)\n"
                "  --trace FILE       routing from a trace; else synthetic: --tokens N (256) --zipf A --reuse P\n"
                "                     --guesses N --guess-recall Q --seed S (see replay-routing)\n"
-               "  --warmup N         tokens before the clock starts (default 32)\n");
+               "  --warmup N         tokens before the clock starts (default 32)\n"
+               "  --sweep GB         instead: read GB of whole experts in random order (layer and expert),\n"
+               "                     every one of the I/O path's --io-depth slots (default 64) kept busy; the\n"
+               "                     disk's rate for this path\n");
   return 2;
+}
+
+// Reads `gb` GB of experts (each one's components, or its record with record_reads) in a random
+// (layer, expert) order through the engine's I/O engine with `depth` reads in flight, and prints
+// the rate. Nothing is cached, so a second pass over the same experts reads the disk again
+// (O_DIRECT; buffered reads would measure the page cache, which the caller should drop).
+int sweep(const ds4::gguf::File& f, const ProviderOptions& o, double gb, unsigned depth) {
+  auto store = ExpertStore::open(f, o.store);
+  const ExpertLayout& L = store->layout();
+  auto io = make_io_engine(o.io, depth, o.io_threads);
+  std::vector<ComponentRead> reads;
+  std::vector<int64_t> order(static_cast<size_t>(L.n_layer * L.n_expert));
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
+  const bool record = o.record_reads && store->packed();
+  uint32_t max_len = 0;
+  for (int64_t id : order) {
+    const int64_t l = id / L.n_expert, e = id % L.n_expert;
+    if (record) {
+      reads.push_back(store->record(l, e));
+    } else {
+      for (int c = 0; c < 3; ++c) reads.push_back(store->component(l, e, c));
+    }
+  }
+  for (const auto& r : reads) max_len = std::max(max_len, r.len);
+  const uint64_t want = static_cast<uint64_t>(gb * 1e9);
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  const size_t stride = (static_cast<size_t>(max_len) + kDirectAlign - 1) / kDirectAlign * kDirectAlign;
+  std::unique_ptr<uint8_t, Free> buf(static_cast<uint8_t*>(std::aligned_alloc(kDirectAlign, stride * depth)));
+  if (!buf) throw ds4::Error("stream-bench --sweep: cannot allocate the read buffers");
+  std::vector<unsigned> free_slots(depth);
+  std::iota(free_slots.begin(), free_slots.end(), 0u);
+  uint64_t done = 0, submitted = 0, n_reads = 0;
+  size_t next = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (done < want || io->in_flight() > 0) {
+    std::vector<ReadOp> ops;
+    while (submitted < want && !free_slots.empty()) {
+      const ComponentRead& r = reads[next];
+      next = (next + 1) % reads.size();
+      const unsigned s = free_slots.back();
+      free_slots.pop_back();
+      ops.push_back({store->fd(), r.offset, r.len, buf.get() + stride * s, s, false});
+      submitted += r.len;
+    }
+    if (!ops.empty()) io->submit(ops);
+    ReadDone d;
+    if (!io->reap(d, true)) break;
+    if (d.result < 0) throw ds4::Error(fmt::format("stream-bench --sweep: read failed: errno {}", -d.result));
+    done += static_cast<uint64_t>(d.result);
+    ++n_reads;
+    free_slots.push_back(static_cast<unsigned>(d.tag));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("stream-bench sweep: source {} ({}, {}), I/O {}, {} reads in flight, {} per expert, random order\n",
+             store->source_path(), store->packed() ? "packed" : "GGUF", store->direct() ? "O_DIRECT" : "buffered: page cache",
+             io->name(), depth, record ? "one read" : "3 reads");
+  fmt::print("sweep read {:.3f} GB in {} reads, {:.3f} s = {:.3f} GB/s\n", done / 1e9, n_reads, secs, done / 1e9 / secs);
+  return 0;
 }
 
 int cmd_stream_bench(int argc, char** argv) {
   std::string model, trace_path, cache = "28%", policy = "hot", prefetch = "all", io = "auto", packed;
   bool record = false, direct = true;
   int64_t compute_us = 0, warmup = 32;
+  double sweep_gb = 0;
+  unsigned io_depth = 64;
   int decay = EvictionPolicy::kDefaultDecayTokens, recent = EvictionPolicy::kDefaultRecentTokens;
   SyntheticRouting syn;
   syn.n_tokens = 256;
@@ -71,6 +147,8 @@ int cmd_stream_bench(int argc, char** argv) {
       else if (a == "--guess-recall") syn.guess_recall = std::stod(value());
       else if (a == "--seed") syn.seed = std::stoull(value());
       else if (a == "--warmup") warmup = std::stoll(value());
+      else if (a == "--sweep") sweep_gb = std::stod(value());
+      else if (a == "--io-depth") io_depth = static_cast<unsigned>(std::stoul(value()));
       else if (a == "-h" || a == "--help") return usage();
       else if (!a.empty() && a[0] == '-') {
         std::fprintf(stderr, "stream-bench: unknown argument '%s'\n", a.c_str());
@@ -93,6 +171,8 @@ int cmd_stream_bench(int argc, char** argv) {
     o.recent_tokens = recent;
     o.io = io == "uring" ? IoKind::Uring : io == "pread" ? IoKind::Pread : IoKind::Auto;
     o.record_reads = record;
+    o.io_depth = io_depth;
+    if (sweep_gb > 0) return sweep(f, o, sweep_gb, io_depth);
     o.prefetch_hash = o.prefetch_lookahead = o.protect = false;
     for (size_t at = 0; at <= prefetch.size();) {
       size_t c = prefetch.find(',', at);
