@@ -4,6 +4,7 @@
 // scalar kernels by rounding only; the bound is stated in quant.h and tested.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "quant/kernels.h"
@@ -73,6 +74,23 @@ float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n) {
   return dot_fma(
       static_cast<const float*>(x), n, [wh](int64_t i) { return load_bf16x8(wh + i); },
       [wh](int64_t i) { return bf16_scalar(wh[i]); });
+}
+
+// y[i] = fma(a[k], rows[k][i], y[i]) in row order, y loaded and stored once per group of 4 rows.
+void fma_f32_rows_avx2(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+  for (int64_t k0 = 0; k0 < count; k0 += 4) {
+    const int kn = count - k0 < 4 ? static_cast<int>(count - k0) : 4;
+    __m256 va[4];
+    for (int k = 0; k < kn; ++k) va[k] = _mm256_set1_ps(a[k0 + k]);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(y + i);
+      for (int k = 0; k < kn; ++k) v = _mm256_fmadd_ps(va[k], _mm256_loadu_ps(rows[k0 + k] + i), v);
+      _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < n; ++i)
+      for (int k = 0; k < kn; ++k) y[i] = std::fma(a[k0 + k], rows[k0 + k][i], y[i]);
+  }
 }
 
 // y += a * x element by element: a rounded product, then a rounded add (no FMA), so every

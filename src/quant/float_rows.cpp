@@ -1,5 +1,6 @@
 // F16 and BF16 rows: conversions (the per-element rules live in core/fp16.h and match ggml's
 // scalar converters bit for bit) and the portable float dot products.
+#include <cmath>
 #include <cstring>
 
 #include "core/fp16.h"
@@ -61,6 +62,11 @@ float vec_dot_bf16_f32_scalar(const void* w, const void* x, int64_t n) {
 
 void axpy_f32_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = y[i] + a * x[i];  // no FMA: -ffp-contract=off
+}
+
+void fma_f32_rows_scalar(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+  for (int64_t k = 0; k < count; ++k)
+    for (int64_t i = 0; i < n; ++i) y[i] = std::fma(a[k], rows[k][i], y[i]);
 }
 
 }  // namespace ds4::quant

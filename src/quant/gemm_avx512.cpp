@@ -1153,9 +1153,9 @@ void dot_f32_rows_avx512(const float* x, const float* const* rows, int64_t count
   _mm256_zeroupper();
 }
 
-// y[i] = (((y[i] + a0 * r0[i]) + a1 * r1[i]) + ...) for the rows in order: the floats of one
-// axpy_f32_avx512 call per row, with y loaded and stored once per group of 8 rows.
-void axpy_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+// y[i] = fma(a[k], rows[k][i], y[i]) for the rows in order, y loaded and stored once per group
+// of 8 rows.
+void fma_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
   for (int64_t k0 = 0; k0 < count; k0 += 8) {
     const int kn = count - k0 < 8 ? static_cast<int>(count - k0) : 8;
     __m512 va[8];
@@ -1163,7 +1163,7 @@ void axpy_f32_rows_avx512(const float* a, const float* const* rows, int64_t coun
     for (int64_t i = 0; i < n; i += 16) {
       const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
       __m512 v = _mm512_maskz_loadu_ps(m, y + i);
-      for (int k = 0; k < kn; ++k) v = _mm512_add_ps(v, _mm512_mul_ps(va[k], _mm512_maskz_loadu_ps(m, rows[k0 + k] + i)));
+      for (int k = 0; k < kn; ++k) v = _mm512_fmadd_ps(va[k], _mm512_maskz_loadu_ps(m, rows[k0 + k] + i), v);
       _mm512_mask_storeu_ps(y + i, m, v);
     }
   }

@@ -21,6 +21,7 @@ float vec_dot_f16_f32_scalar(const void* w, const void* x, int64_t n);
 float vec_dot_bf16_f32_scalar(const void* w, const void* x, int64_t n);
 // y[i] = y[i] + a * x[i], product and sum rounded separately (every path gives these floats).
 void axpy_f32_scalar(float a, const float* x, float* y, int64_t n);
+void fma_f32_rows_scalar(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
 
 // --- q8.cpp: Q8_0 (weights and activations) and Q8_K (activations) ---
 void dequantize_row_q8_0(const void* src, float* dst, int64_t n);
@@ -53,6 +54,7 @@ float vec_dot_f32_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_f16_f32_avx2(const void* w, const void* x, int64_t n);
 float vec_dot_bf16_f32_avx2(const void* w, const void* x, int64_t n);
 void axpy_f32_avx2(float a, const float* x, float* y, int64_t n);
+void fma_f32_rows_avx2(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
 // --- dequant_avx2.cpp: same floats as the scalar decoders, bit for bit ---
 void dequantize_row_q8_0_avx2(const void* src, float* dst, int64_t n);
 void dequantize_row_q2_K_avx2(const void* src, float* dst, int64_t n);
@@ -114,7 +116,7 @@ float vec_dot_f16_f32_avx512(const void* w, const void* x, int64_t n);
 void axpy_f32_avx512(float a, const float* x, float* y, int64_t n);
 // Several rows per pass, each result equal to the one-row kernels' (quant.h: dot_f32_rows).
 void dot_f32_rows_avx512(const float* x, const float* const* rows, int64_t count, int64_t n, float* out);
-void axpy_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
+void fma_f32_rows_avx512(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
 // quantize_row_q8_0's bytes; false when x holds a non-finite value (output then undefined).
 bool quantize_row_q8_0_avx512(const float* x, void* dst, int64_t n);
 // --- act_round_avx512.cpp: compute/numerics.h's activation rounding, bit for bit ---

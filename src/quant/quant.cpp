@@ -357,11 +357,14 @@ void dot_f32_rows(const float* x, const float* const* rows, int64_t count, int64
   for (int64_t k = 0; k < count; ++k) out[k] = dot(x, rows[k], n);
 }
 
-void axpy_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
+void fma_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n) {
 #if DS4_HAVE_AVX512_BUILD
-  if (cpu_has_avx512_vnni()) return axpy_f32_rows_avx512(a, rows, count, y, n);
+  if (cpu_has_avx512_vnni()) return fma_f32_rows_avx512(a, rows, count, y, n);
 #endif
-  for (int64_t k = 0; k < count; ++k) axpy_f32(a[k], rows[k], y, n);
+#if DS4_HAVE_AVX2_BUILD
+  if (cpu_has_avx2()) return fma_f32_rows_avx2(a, rows, count, y, n);
+#endif
+  fma_f32_rows_scalar(a, rows, count, y, n);
 }
 
 int64_t fp8_e4m3_round_trip_prefix(float* x, int64_t n) {

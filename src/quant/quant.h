@@ -95,12 +95,15 @@ bool have_avx512_vnni();
 // kernels for small batches (gemv_avx512.cpp).
 bool have_avx512_vbmi();
 
-// out[k] = dot_kernel(F32)(x, rows[k], n) for k < count, and for k = 0..count-1 in order
-// axpy_f32(a[k], rows[k], y, n): the same floats bit for bit (dot products are symmetric in
-// their two operands), several rows per pass where the CPU allows (attention's scores and
-// value sums).
+// out[k] = dot_kernel(F32)(x, rows[k], n) for k < count: the same floats bit for bit (dot
+// products are symmetric in their two operands), several rows per pass where the CPU allows
+// (attention's scores).
 void dot_f32_rows(const float* x, const float* const* rows, int64_t count, int64_t n, float* out);
-void axpy_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
+// y[i] = fma(a[k], rows[k][i], y[i]) for k = 0..count-1 in order (attention's weighted value
+// sum): one fused multiply-add per term, exactly rounded, so every path (AVX-512, AVX2, scalar,
+// and the CUDA attention kernels, which use the same order) gives the same floats, at one
+// instruction per term where a product and a separate sum took two.
+void fma_f32_rows(const float* a, const float* const* rows, int64_t count, float* y, int64_t n);
 
 // Fast paths of DeepSeek V4's activation rounding (compute/numerics.h holds the reference, which
 // the quant layer cannot call): fp8_e4m3_round_trip with blocks of 64 and fp4_e2m1_round_trip

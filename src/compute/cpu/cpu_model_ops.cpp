@@ -55,7 +55,7 @@ void CpuBackend::attention(const float* q, int64_t n_heads, int64_t head_dim, co
         s[k] = exp_f(s[k] - m);
         denom += s[k];
       }
-      quant::axpy_f32_rows(s.data(), rows.data(), count, oh, head_dim);  // oh[i] += e_k * v_k[i] in k order
+      quant::fma_f32_rows(s.data(), rows.data(), count, oh, head_dim);  // oh[i] = fma(e_k, v_k[i], oh[i]) in k order
       const float inv = 1.0f / denom;
       for (int64_t i = 0; i < head_dim; ++i) oh[i] *= inv;
     }

@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(32 * WARPS, 2) k_attn_scores_tiled(const float
 // ---- weighted rows --------------------------------------------------------------------------------
 // Thread = one dim of 16 heads: each row element it loads serves 16 products; the weights of a
 // stage of rows sit in shared memory as [row][head] (a row's 16 weights: four broadcast float4
-// loads). o = (0 + e_0 v_0 + e_1 v_1 + ...) * inv in row order, product then sum as the CPU.
+// loads). o = fma(e_r, v_r, o) from 0 in row order, times inv, as the CPU (quant::fma_f32_rows).
 // kOHeads is 16 for a chunk of queries; one query takes 4 (4x the blocks: 16 gave 16 blocks in
 // all for the Flash shape, too few to hide the rows' loads).
 constexpr int kOThreads = 128, kOStage = 256, kOAhead = 8;
@@ -180,10 +180,10 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 #pragma unroll
           for (int c = 0; c < kOHeads / 4; ++c) {
             const float4 e = e4[c];
-            acc[4 * c + 0] = __fadd_rn(acc[4 * c + 0], __fmul_rn(e.x, v[u]));
-            acc[4 * c + 1] = __fadd_rn(acc[4 * c + 1], __fmul_rn(e.y, v[u]));
-            acc[4 * c + 2] = __fadd_rn(acc[4 * c + 2], __fmul_rn(e.z, v[u]));
-            acc[4 * c + 3] = __fadd_rn(acc[4 * c + 3], __fmul_rn(e.w, v[u]));
+            acc[4 * c + 0] = __fmaf_rn(e.x, v[u], acc[4 * c + 0]);
+            acc[4 * c + 1] = __fmaf_rn(e.y, v[u], acc[4 * c + 1]);
+            acc[4 * c + 2] = __fmaf_rn(e.z, v[u], acc[4 * c + 2]);
+            acc[4 * c + 3] = __fmaf_rn(e.w, v[u], acc[4 * c + 3]);
           }
         }
       }
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 // then walks the rows in stages of kFStage, kBuf deep (below): thread t copies row t's kFDims
 // floats into shared memory with cp.async (so a stage's loads are all in flight at once) and
 // writes e = exp(s - m) for its row and the block's heads. Each thread then runs, in row order,
-// o = 0 + e_0 v_0 + e_1 v_1 + ... and den = exp(sink - m) + e_0 + e_1 + ..., and stores
+// o = fma(e_r, v_r, o) from 0 and den = exp(sink - m) + e_0 + e_1 + ..., and stores
 // o * (1 / den): the softmax kernel's and k_attn_out's operations bit for bit, without the
 // launch between them or k_attn_out's chains of dependent global loads (128 blocks of 8 warps
 // each walking 640 rows from L2 took 23 us for the Flash shape).
@@ -301,8 +301,8 @@ __global__ void __launch_bounds__(kFThreads) k_attn_softmax_out(const float* S, 
     for (int i = 0; i < n; ++i) {
       const float v = v_sh[b][i][lane];
       const float2 e = *reinterpret_cast<const float2*>(&e_sh[b][i][k0]);
-      acc0 = __fadd_rn(acc0, __fmul_rn(e.x, v));
-      acc1 = __fadd_rn(acc1, __fmul_rn(e.y, v));
+      acc0 = __fmaf_rn(e.x, v, acc0);
+      acc1 = __fmaf_rn(e.y, v, acc1);
       den0 = __fadd_rn(den0, e.x);
       den1 = __fadd_rn(den1, e.y);
     }

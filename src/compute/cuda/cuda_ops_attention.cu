@@ -127,7 +127,8 @@ __global__ void k_attn_softmax(float* S, AttnRows kv, const float* sinks, float*
   if (threadIdx.x == 0) inv[h] = __fdiv_rn(1.0f, den);
 }
 
-// Thread (head, dim): o = sum over rows in order of e_r * row_r[dim], times 1/den. The rows'
+// Thread (head, dim): o = fma(e_r, row_r[dim], o) over the rows in order (quant::fma_f32_rows,
+// the CPU's order), times 1/den. The rows'
 // addresses and the block's weights are staged in shared memory (up to kOutStage rows at a
 // time); each thread then loads 16 rows ahead of its dependent chain of adds.
 constexpr int kOutStage = 1024, kOutAhead = 32;
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(32 * kAttnHeads) k_attn_out(const float* E, co
       }
 #pragma unroll
       for (int i = 0; i < kOutAhead; ++i)
-        if (c + i < n) acc = __fadd_rn(acc, __fmul_rn(e_sh[hl][c + i], v[i]));
+        if (c + i < n) acc = __fmaf_rn(e_sh[hl][c + i], v[i], acc);
 #pragma unroll
       for (int i = 0; i < kOutAhead; ++i) v[i] = vn[i];
     }

@@ -339,9 +339,11 @@ TEST(FloatDotAvx512, EqualsAvx2Kernels) {
 #endif
 }
 
-// Several rows per pass (attention): every result equals the one-row kernels' on the same CPU,
-// for lengths with and without 32- and 8-element remainders and row counts around the group sizes.
-TEST(FloatRows, DotAndAxpyRowsEqualOneRowKernels) {
+// Several rows per pass (attention): every dot equals the one-row kernel's on the same CPU, and
+// the weighted row sum equals one exactly rounded fma per term in row order on every path the
+// build has (scalar, AVX2, AVX-512), for lengths with and without 32- and 8-element remainders
+// and row counts around the group sizes.
+TEST(FloatRows, DotRowsEqualOneRowKernelsAndFmaRowsEqualFmaInRowOrder) {
   std::mt19937 rng(1607);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   const quant::DotKernel dot = quant::dot_kernel(GgmlType::F32);
@@ -361,10 +363,25 @@ TEST(FloatRows, DotAndAxpyRowsEqualOneRowKernels) {
       quant::dot_f32_rows(x.data(), rp.data(), count, n, out.data());
       for (int64_t k = 0; k < count; ++k)
         ASSERT_EQ(bits(dot(x.data(), rp[k], n)), bits(out[k])) << "dot n " << n << " count " << count << " row " << k;
-      std::vector<float> want = y0, got = y0;
-      for (int64_t k = 0; k < count; ++k) quant::axpy_f32(a[k], rp[k], want.data(), n);
-      quant::axpy_f32_rows(a.data(), rp.data(), count, got.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits(want[i]), bits(got[i])) << "axpy n " << n << " count " << count << " i " << i;
+      std::vector<float> want = y0, unfused = y0;
+      for (int64_t k = 0; k < count; ++k)
+        for (int64_t i = 0; i < n; ++i) want[i] = std::fma(a[k], rp[k][i], want[i]);
+      for (int64_t k = 0; k < count; ++k) quant::axpy_f32(a[k], rp[k], unfused.data(), n);
+      if (n >= 128 && count >= 8) EXPECT_NE(want, unfused) << "the fused sums must differ somewhere from product-then-sum";
+      std::vector<std::pair<const char*, void (*)(const float*, const float* const*, int64_t, float*, int64_t)>> paths = {
+          {"dispatch", quant::fma_f32_rows}, {"scalar", quant::fma_f32_rows_scalar}};
+#if DS4_HAVE_AVX2_BUILD
+      paths.push_back({"avx2", quant::fma_f32_rows_avx2});
+#endif
+#if DS4_HAVE_AVX512_BUILD
+      if (quant::have_avx512_vnni()) paths.push_back({"avx512", quant::fma_f32_rows_avx512});
+#endif
+      for (const auto& [name, fn] : paths) {
+        std::vector<float> got = y0;
+        fn(a.data(), rp.data(), count, got.data(), n);
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(bits(want[i]), bits(got[i])) << name << " n " << n << " count " << count << " i " << i;
+      }
     }
   }
 }
