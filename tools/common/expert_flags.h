@@ -60,7 +60,7 @@ inline CLI::Option_group* add_expert_flags(CLI::App& app, ExpertFlags& f) {
   g->add_option("--expert-host-compute-rates", f.host_compute_rates,
                 "CPU_GBPS,LINK_GBPS: expert bytes the CPU computes per second and the host-to-device copy rate, "
                 "for --expert-host-compute auto (default 23.6,49.8, measured on an H200 machine)");
-  g->add_option("--expert-cache-policy", f.cache_policy, "hot (decayed frequency + recency) or lru")
+  g->add_option("--expert-cache-policy", f.cache_policy, "hot (the last two tokens' experts evicted last, the rest by decayed frequency, then recency) or lru")
       ->check(CLI::IsMember({"hot", "lru"}));
   g->add_option("--expert-io", f.io, "auto (io_uring, else pread), uring or pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
