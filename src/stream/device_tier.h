@@ -53,7 +53,7 @@ class DeviceTier {
   // n_ids = layers x experts; n_slots slots of slot_bytes each (the largest host slot, so any
   // layer's expert fits any slot).
   DeviceTier(std::unique_ptr<DeviceSlots> dev, size_t n_ids, uint64_t slot_bytes, int64_t n_slots, PolicyKind policy,
-             int decay_tokens, int recent_tokens = EvictionPolicy::kDefaultRecentTokens);
+             int decay_tokens, int recent_tokens);
   ~DeviceTier();
   DeviceTier(const DeviceTier&) = delete;
   DeviceTier& operator=(const DeviceTier&) = delete;

@@ -10,7 +10,7 @@
 //        hit or miss; counts halve every `decay_tokens` tokens), ties broken by least recent
 //        selection. Plain hit-count LFU evicts experts that are selected often but never get a
 //        second hit (see ../shared/design/ssd-streaming-digest.md §2). The defaults (256, 2)
-//        were chosen by replay (docs/BENCHMARKS.md, "eviction: a recency segment"): with the
+//        were chosen by replay (docs/BENCHMARKS.md, "the hot policy's recency segment"): with the
 //        benchmark routing, halving every 16 tokens made the count mostly recency (67.8% hits at
 //        28% of the experts, LRU 66.0%), and a longer memory alone was worse (64-65%) until
 //        the previous token's experts were kept (72.5%).
