@@ -133,14 +133,36 @@ __global__ void __launch_bounds__(32 * WARPS, 2) k_attn_scores_tiled(const float
 }
 
 // ---- weighted rows --------------------------------------------------------------------------------
-// Thread = one dim of 16 heads: each row element it loads serves 16 products; the weights of a
-// stage of rows sit in shared memory as [row][head] (a row's 16 weights: four broadcast float4
-// loads). o = fma(e_r, v_r, o) from 0 in row order, times inv, as the CPU (quant::fma_f32_rows).
-// kOHeads is 16 for a chunk of queries; one query takes 4 (4x the blocks: 16 gave 16 blocks in
-// all for the Flash shape, too few to hide the rows' loads).
+// Thread = kODims adjacent dims of kOHeads heads: each row element it loads serves kOHeads
+// products; the weights of a stage of rows sit in shared memory as [row][head] (a row's 16
+// weights: four broadcast float4 loads, shared by the thread's dims). o = fma(e_r, v_r, o) from 0
+// in row order, times inv, as the CPU (quant::fma_f32_rows). kOHeads is 16 for a chunk of
+// queries; one query takes 4 (4x the blocks: 16 gave 16 blocks in all for the Flash shape, too
+// few to hide the rows' loads). Chunks take kODims = 2 (DS4_CUDA_ATTN_OUT2=0: 1), which halves the
+// shared loads per product (the one-dim kernel measured issue-bound: 0.78 issued per scheduler);
+// 8K prefill on 34 layers, H100, same call: 2,939 -> 3,033 t/s (docs/BENCHMARKS.md session 28).
 constexpr int kOThreads = 128, kOStage = 256, kOAhead = 8;
 
-template <int kOHeads>
+template <int kODims>
+__device__ __forceinline__ void load_dims(const float* row, int64_t d, float (&v)[kODims]) {
+  if constexpr (kODims == 1) {
+    v[0] = row ? __ldg(row + d) : 0.0f;
+  } else {
+    static_assert(kODims == 2, "one or two dims per thread");
+    if (!row) {
+      v[0] = v[1] = 0.0f;
+    } else if ((reinterpret_cast<uintptr_t>(row + d) & 7) == 0) {
+      const float2 x = __ldg(reinterpret_cast<const float2*>(row + d));
+      v[0] = x.x;
+      v[1] = x.y;
+    } else {
+      v[0] = __ldg(row + d);
+      v[1] = __ldg(row + d + 1);
+    }
+  }
+}
+
+template <int kOHeads, int kODims = 1>
 __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, const float* inv, int64_t n_heads,
                                                               int64_t head_dim, AttnRows kv, float* out, int* err) {
   constexpr int kOPitch = kOHeads + 4;
@@ -148,15 +170,18 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
   __shared__ const float* rows_sh[kOStage];
   __shared__ __align__(16) float e_sh[kOStage * kOPitch];
   const int64_t h0 = static_cast<int64_t>(blockIdx.y) * kOHeads;
-  const int64_t d = static_cast<int64_t>(blockIdx.x) * kOThreads + threadIdx.x;
+  // head_dim is even wherever two dims per thread are launched (attn_out_tiled).
+  const int64_t d = (static_cast<int64_t>(blockIdx.x) * kOThreads + threadIdx.x) * kODims;
   const int64_t dd = d < head_dim ? d : 0;
   const AttnSpan sp = attn_span(kv);
   const int64_t total = sp.total, z = blockIdx.z;
   E += (z * n_heads + h0) * kv.max_rows;
   const int nh = static_cast<int>(n_heads - h0 < kOHeads ? n_heads - h0 : kOHeads);
-  float acc[kOHeads];
+  float acc[kODims][kOHeads];
 #pragma unroll
-  for (int k = 0; k < kOHeads; ++k) acc[k] = 0.0f;
+  for (int c = 0; c < kODims; ++c)
+#pragma unroll
+    for (int k = 0; k < kOHeads; ++k) acc[c][k] = 0.0f;
   for (int64_t r0 = 0; r0 < total; r0 += kOStage) {
     const int n = static_cast<int>(total - r0 < kOStage ? total - r0 : kOStage);
     __syncthreads();  // the previous stage is consumed
@@ -167,12 +192,9 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
     }
     __syncthreads();
     for (int j0 = 0; j0 < n; j0 += kOAhead) {
-      float v[kOAhead];
+      float v[kOAhead][kODims];
 #pragma unroll
-      for (int u = 0; u < kOAhead; ++u) {
-        const float* row = j0 + u < n ? rows_sh[j0 + u] : nullptr;
-        v[u] = row ? __ldg(row + dd) : 0.0f;
-      }
+      for (int u = 0; u < kOAhead; ++u) load_dims<kODims>(j0 + u < n ? rows_sh[j0 + u] : nullptr, dd, v[u]);
 #pragma unroll
       for (int u = 0; u < kOAhead; ++u) {
         if (j0 + u < n) {  // rows past the stage hold stale weights
@@ -180,19 +202,25 @@ __global__ void __launch_bounds__(kOThreads) k_attn_out_tiled(const float* E, co
 #pragma unroll
           for (int c = 0; c < kOHeads / 4; ++c) {
             const float4 e = e4[c];
-            acc[4 * c + 0] = __fmaf_rn(e.x, v[u], acc[4 * c + 0]);
-            acc[4 * c + 1] = __fmaf_rn(e.y, v[u], acc[4 * c + 1]);
-            acc[4 * c + 2] = __fmaf_rn(e.z, v[u], acc[4 * c + 2]);
-            acc[4 * c + 3] = __fmaf_rn(e.w, v[u], acc[4 * c + 3]);
+#pragma unroll
+            for (int x = 0; x < kODims; ++x) {
+              acc[x][4 * c + 0] = __fmaf_rn(e.x, v[u][x], acc[x][4 * c + 0]);
+              acc[x][4 * c + 1] = __fmaf_rn(e.y, v[u][x], acc[x][4 * c + 1]);
+              acc[x][4 * c + 2] = __fmaf_rn(e.z, v[u][x], acc[x][4 * c + 2]);
+              acc[x][4 * c + 3] = __fmaf_rn(e.w, v[u][x], acc[x][4 * c + 3]);
+            }
           }
         }
       }
     }
   }
-  if (d >= head_dim) return;
 #pragma unroll
-  for (int k = 0; k < kOHeads; ++k)
-    if (k < nh) out[(z * n_heads + h0 + k) * head_dim + d] = __fmul_rn(acc[k], inv[z * n_heads + h0 + k]);
+  for (int x = 0; x < kODims; ++x) {
+    if (d + x >= head_dim) return;
+#pragma unroll
+    for (int k = 0; k < kOHeads; ++k)
+      if (k < nh) out[(z * n_heads + h0 + k) * head_dim + d + x] = __fmul_rn(acc[x][k], inv[z * n_heads + h0 + k]);
+  }
 }
 
 
@@ -385,6 +413,9 @@ void attn_out_tiled(const float* E, const float* inv, int64_t n_heads, int64_t h
   if (n_queries == 1) {
     const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, 4), 1);
     launch(k_attn_out_tiled<4>, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
+  } else if (static const bool two = env_switch("DS4_CUDA_ATTN_OUT2", true); two && head_dim % 2 == 0) {
+    const dim3 grid(grid_for(head_dim, 2 * kOThreads), grid_for(n_heads, 16), n_queries);
+    launch(k_attn_out_tiled<16, 2>, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);
   } else {
     const dim3 grid(grid_for(head_dim, kOThreads), grid_for(n_heads, 16), n_queries);
     launch(k_attn_out_tiled<16>, grid, kOThreads, 0, s, E, inv, n_heads, head_dim, kv, out, err);

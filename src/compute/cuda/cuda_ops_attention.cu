@@ -440,6 +440,138 @@ __global__ void __launch_bounds__(kIxThreads) k_indexer_flash(const float* q, co
   }
 }
 
+// The same shape and operations, register-tiled (the default; DS4_CUDA_IX_TILED=0 keeps
+// k_indexer_flash; 34 layers on the H100, same call: decode at 2K 113.7/113.4 -> 114.7/115.2
+// t/s, 8K prefill 1.007x alone, docs/BENCHMARKS.md session 28): k_indexer_flash's
+// thread reads two shared floats (q and key) per FMA, which bounds it by shared-memory loads,
+// and at decode (one query, 512 keys at 2K) only 8 blocks run. Here a thread owns 4 heads (hg,
+// hg+16, hg+32, hg+48: a warp's 16 head groups hit 16 banks of q's 129-float rows) x 2 keys:
+// 6 loads per 8 FMAs. Each dot is still the CPU's: chain j = FMAs over t of q[32t+j] k[32t+j]
+// from 0, lane l = (c_l + c_{l+8}) + (c_{l+16} + c_{l+24}), then fold8's tree, formed lane by
+// lane in the order fold8 adds them (0,4 / 2,6 / 1,5 / 3,7) so few partial sums stay live.
+// KP key pairs per block: 4 (8 keys, 64 threads: decode spreads over 64 blocks at 2K) or 32
+// (64 keys as k_indexer_flash, for chunks of queries).
+constexpr int kItGroups = 16, kItHpt = kIxHeads / kItGroups, kItQPitch = kIxDim + 1;
+static_assert(kItHpt == 4, "4 heads per thread");
+__host__ __device__ constexpr size_t it_shared(int kp) {
+  return (kIxHeads * kItQPitch + kIxHeads + 2 * kp * kIxStride + 2 * kp * (kIxHeads + 1)) * sizeof(float);
+}
+
+template <int KP>
+__global__ void __launch_bounds__(kItGroups * KP) k_indexer_tiled(const float* q, const float* w, float scale,
+                                                                 const float* keys, DevCount n_keys_at, float* scores,
+                                                                 IxQueries qs_) {
+  constexpr int kKeys = 2 * KP, kThreads = kItGroups * KP;
+  pdl_begin();
+  const int64_t y = blockIdx.y;
+  const int64_t n_keys = keys_of_query(n_keys_at, y);
+  if (n_keys <= qs_.skip_k) return;
+  q += y * qs_.q_stride, w += y * qs_.w_stride, scores += y * qs_.s_stride;
+  if (static_cast<int64_t>(blockIdx.x) * kKeys >= n_keys) return;  // whole block
+  extern __shared__ float4 sh4[];
+  float* qs = reinterpret_cast<float*>(sh4);  // [64][129]
+  float* ws = qs + kIxHeads * kItQPitch;      // [64] w*scale
+  float* ks = ws + kIxHeads;                  // [kKeys][129]
+  float* prod = ks + kKeys * kIxStride;       // [kKeys][65] weighted relu(dot)
+  for (int i = threadIdx.x; i < kIxHeads * kIxDim; i += kThreads) qs[(i / kIxDim) * kItQPitch + i % kIxDim] = q[i];
+  for (int i = threadIdx.x; i < kIxHeads; i += kThreads) ws[i] = __fmul_rn(w[i], scale);
+  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kKeys;
+  for (int i = threadIdx.x; i < kKeys * kIxDim; i += kThreads) {
+    const int key = i / kIxDim, dd = i % kIxDim;
+    ks[key * kIxStride + dd] = c0 + key < n_keys ? keys[(c0 + key) * kIxDim + dd] : 0.0f;
+  }
+  __syncthreads();
+  const int hg = threadIdx.x % kItGroups, kp = threadIdx.x / kItGroups;
+  const float* qh = qs + hg * kItQPitch;  // head hg + 16 hh at qh + 16 hh * kItQPitch
+  const float* kr = ks + 2 * kp * kIxStride;
+  // Chain j of the thread's 8 dots (index hh * 2 + kk) added to c: c = c + chain (first: c = chain).
+  auto chain = [&](int j, float (&c)[8], bool add) {
+    float a[8];
+#pragma unroll
+    for (int x = 0; x < 8; ++x) a[x] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < kIxDim / 32; ++t) {
+      float qv[kItHpt], kv[2];
+#pragma unroll
+      for (int hh = 0; hh < kItHpt; ++hh) qv[hh] = qh[hh * kItGroups * kItQPitch + 32 * t + j];
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) kv[kk] = kr[kk * kIxStride + 32 * t + j];
+#pragma unroll
+      for (int hh = 0; hh < kItHpt; ++hh)
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) a[hh * 2 + kk] = fmaf(qv[hh], kv[kk], a[hh * 2 + kk]);
+    }
+#pragma unroll
+    for (int x = 0; x < 8; ++x) c[x] = add ? __fadd_rn(c[x], a[x]) : a[x];
+  };
+  // Lanes in the order fold8 adds them, ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)); lane l of the
+  // dots is (c_l + c_{l+8}) + (c_{l+16} + c_{l+24}). Runtime loops: unrolled, the loads of all
+  // 32 chains were hoisted (255 registers).
+  float u[8], p[8], h0[8], dots[8];
+#pragma unroll 1
+  for (int i = 0; i < 8; ++i) {
+    const int l = (i & 4 ? 1 : 0) + (i & 2 ? 2 : 0) + (i & 1 ? 4 : 0);  // 0 4 2 6 1 5 3 7
+    float v[8], w2[8];
+    chain(l, v, false);
+    chain(l + 8, v, true);
+    chain(l + 16, w2, false);
+    chain(l + 24, w2, true);
+#pragma unroll
+    for (int x = 0; x < 8; ++x) v[x] = __fadd_rn(v[x], w2[x]);
+    if ((i & 1) == 0) {
+#pragma unroll
+      for (int x = 0; x < 8; ++x) u[x] = v[x];
+    } else {
+#pragma unroll
+      for (int x = 0; x < 8; ++x) v[x] = __fadd_rn(u[x], v[x]);  // (l + l+4)
+      if ((i & 2) == 0) {
+#pragma unroll
+        for (int x = 0; x < 8; ++x) p[x] = v[x];
+      } else {
+#pragma unroll
+        for (int x = 0; x < 8; ++x) v[x] = __fadd_rn(p[x], v[x]);  // a half of fold8
+        if (i == 3) {
+#pragma unroll
+          for (int x = 0; x < 8; ++x) h0[x] = v[x];
+        } else {
+#pragma unroll
+          for (int x = 0; x < 8; ++x) dots[x] = __fadd_rn(h0[x], v[x]);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int hh = 0; hh < kItHpt; ++hh)
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const int h = hg + kItGroups * hh, x = hh * 2 + kk;
+      const float dot = dots[x];
+      prod[(2 * kp + kk) * (kIxHeads + 1) + h] = __fmul_rn(ws[h], std_max(0.0f, dot));  // ReLU first (trap 12)
+    }
+  __syncthreads();
+  if (threadIdx.x < kKeys && c0 + threadIdx.x < n_keys) {
+    const float* p = prod + threadIdx.x * (kIxHeads + 1);
+    float acc = 0.0f;
+    for (int h = 0; h < kIxHeads; ++h) acc = __fadd_rn(acc, p[h]);
+    scores[c0 + threadIdx.x] = acc;
+  }
+}
+
+template <int KP>
+void launch_indexer_tiled(const float* q, const float* w, float scale, const float* keys, DevCount n_keys,
+                          int64_t max_keys, float* scores, IxQueries qs, unsigned nq, cudaStream_t s) {
+  static bool attr_set = false;  // one device per process (the backend's)
+  if (!attr_set) {
+    check(cudaFuncSetAttribute(k_indexer_tiled<KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(it_shared(KP))),
+          "cudaFuncSetAttribute(indexer_scores tiled)");
+    attr_set = true;
+  }
+  launch(k_indexer_tiled<KP>, dim3(grid_for(max_keys, 2 * KP), nq), kItGroups * KP, it_shared(KP), s, q, w, scale,
+         keys, n_keys, scores, qs);
+  check_launch("indexer_scores (64x128, tiled)");
+}
+
 void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads, int64_t head_dim, const float* keys,
                     DevCount n_keys, int64_t max_keys, float* scores, cudaStream_t s, int64_t n_queries,
                     int64_t skip_k) {
@@ -448,6 +580,14 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
   const unsigned nq = static_cast<unsigned>(n_queries);
   IxQueries qs{n_heads * head_dim, n_heads, max_keys, skip_k};
   if (n_heads == kIxHeads && head_dim == kIxDim) {
+    static const bool tiled = env_switch("DS4_CUDA_IX_TILED", true);
+    if (tiled) {
+      if (nq == 1)
+        launch_indexer_tiled<4>(q, w, scale, keys, n_keys, max_keys, scores, qs, nq, s);
+      else
+        launch_indexer_tiled<32>(q, w, scale, keys, n_keys, max_keys, scores, qs, nq, s);
+      return;
+    }
     static bool attr_set = false;  // one device per process (the backend's)
     if (!attr_set) {
       check(cudaFuncSetAttribute(k_indexer_flash, cudaFuncAttributeMaxDynamicSharedMemorySize,
