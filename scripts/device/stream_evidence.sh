@@ -8,7 +8,11 @@
 #          packed beside it with `pack-experts --keep-gguf-experts` (the resident row needs the
 #          GGUF's copy). LAYERS: as many as fit the disk with both copies (~3.9 GB per layer),
 #          at most 24, unless given; PACK=0 streams from the GGUF's own tensors instead (half the
-#          disk, so LAYERS=24 fits). Reused when present (later calls with STAGES=...).
+#          disk, so LAYERS=24 fits). SHM_GGUF=1: the GGUF in /dev/shm (RAM: the dense weights
+#          and the resident row's experts) and only the packed experts on the disk, linked
+#          beside it as MODEL.gguf.experts, so 24 layers fit the 64 GB disk with the page cache
+#          still dropped before every streaming row (tmpfs is not page cache; the experts are
+#          read from the packed file on the disk). Reused when present (later calls).
 #   bw     the disk's read rate through the engine's I/O path (ds4-gguf stream-bench: O_DIRECT,
 #          io_uring, host cache at its floor, no prefetch), page cache dropped; then its best rate
 #          (stream-bench --sweep: whole experts in random order, 64 reads in flight), which the
@@ -67,10 +71,13 @@ free_gb() { df -BG --output=avail "$OUT_DIR" | tail -1 | tr -dc 0-9; }
 # Flash q2: 86.7 GB over 43 layers (~2.02 GB each, the shared tensors spread over them); the
 # packed copy of one layer's experts: 256 x 6.75 MiB = 1.81 GB.
 per_layer_mb=$(( PACK == 1 ? 2020 + 1812 : 2020 ))
+SHM_GGUF=${SHM_GGUF:-0}
+GGUF_DIR=$OUT_DIR
+if [ "$SHM_GGUF" = 1 ]; then PACK=1; per_layer_mb=1812; GGUF_DIR=/dev/shm; fi
 
 # ---- the file ----
 if [ -z "${LAYERS:-}" ]; then
-  F=$(ls -1 "$OUT_DIR"/ds4-evidence-flash*.q2.gguf 2>/dev/null | head -1)
+  F=$(ls -1 "$GGUF_DIR"/ds4-evidence-flash*.q2.gguf 2>/dev/null | head -1)
   if [ -n "$F" ]; then
     LAYERS=$(basename "$F" | sed -E 's/ds4-evidence-flash([0-9]+)\.q2\.gguf/\1/')
   else
@@ -79,7 +86,7 @@ if [ -z "${LAYERS:-}" ]; then
   fi
 fi
 if [ "$LAYERS" -lt 2 ]; then echo "stream_evidence: $OUT_DIR has $(free_gb) GB free: not even 2 layers fit"; exit 1; fi
-F=$OUT_DIR/ds4-evidence-flash$LAYERS.q2.gguf
+F=$GGUF_DIR/ds4-evidence-flash$LAYERS.q2.gguf
 t0=$(date +%s)
 if [ ! -f "$F" ]; then
   need_gb=$(( LAYERS * per_layer_mb / 1000 + 3 ))
@@ -93,11 +100,15 @@ fi
 summary+=("file: $F, $LAYERS layers, $(du -h --apparent-size "$F" | cut -f1) ($(since $t0) s); disk free after: $(free_gb) GB")
 if [ "$PACK" = 1 ] && [ ! -f "$F.experts" ]; then
   t0=$(date +%s)
-  "$B/ds4-gguf" pack-experts "$F" --keep-gguf-experts > "$OUT/pack.log" 2>&1 \
-    || { echo "pack-experts failed"; tail -5 "$OUT/pack.log"; rm -f "$F.experts"; exit 1; }
-  summary+=("pack-experts --keep-gguf-experts: $(du -h --apparent-size "$F.experts" | cut -f1) ($(since $t0) s)")
+  packed=$F.experts
+  [ "$SHM_GGUF" = 1 ] && packed=$OUT_DIR/$(basename "$F").experts
+  "$B/ds4-gguf" pack-experts "$F" --keep-gguf-experts --out "$packed" > "$OUT/pack.log" 2>&1 \
+    || { echo "pack-experts failed"; tail -5 "$OUT/pack.log"; rm -f "$packed"; exit 1; }
+  [ "$packed" = "$F.experts" ] || ln -sf "$packed" "$F.experts"
+  summary+=("pack-experts --keep-gguf-experts: $(du -hL --apparent-size "$F.experts" | cut -f1) at $(readlink -f "$F.experts") ($(since $t0) s)")
 fi
 src=$([ -f "$F.experts" ] && echo packed || echo "GGUF tensors")
+[ "$SHM_GGUF" = 1 ] && src="packed on disk, GGUF in /dev/shm"
 
 # ---- benchmark routing on the device: graph replays read each step's ids ----
 if stage test && [ -x "$B/test_cuda_stream" ] && [ "$(left)" -gt 200 ]; then
@@ -208,11 +219,12 @@ if stage bench; then
   bench "gpu16+host32" all $consumer
   # shellcheck disable=SC2086
   bench "gpu16+host32" "all, cpu compute" $consumer_cpu
-  for h in 8 16 32; do
+  for h in ${HOSTS:-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)
     # shellcheck disable=SC2086
     bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN $COPY
     # shellcheck disable=SC2086
     bench "host$h" all --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $COPY
+    [ "${HOST_CPU_ROWS:-1}" = 1 ] || continue
     # shellcheck disable=SC2086
     bench "host$h" "all, cpu compute" --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $CPU
   done
