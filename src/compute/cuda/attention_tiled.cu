@@ -49,7 +49,7 @@ __device__ __forceinline__ int folded_dot(int lane) {
 // has too few dots to fill the GPU with such blocks (10 for the Flash shape at 640 rows), so it
 // takes small tiles of few heads (attn_scores_tiled).
 template <int STEPS, int WARPS = kSWarps, int TILE = kSTile>  // STEPS = head_dim / 32
-__global__ void __launch_bounds__(32 * WARPS, 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
+__global__ void __launch_bounds__(32 * WARPS, WARPS >= 16 ? 1 : 2) k_attn_scores_tiled(const float* q, int64_t n_heads, AttnRows kv,
                                                                      float scale, float* S, int* err) {
   pdl_begin();
   constexpr int D = STEPS * 32;
@@ -382,6 +382,10 @@ bool attn_decode_fused() {
 
 void attn_scores_tiled(const float* q, int64_t n_heads, int64_t head_dim, const AttnRows& kv, float scale, float* S,
                        int* err, unsigned n_queries, cudaStream_t s) {
+  // Chunks: 8 warps (32 heads) per block, or with DS4_CUDA_ATTN_SWARPS=16 all 64 heads of a query
+  // in one block of 16 warps, so each query's rows are staged once instead of twice.
+  static const int warps = static_cast<int>(env_int("DS4_CUDA_ATTN_SWARPS", kSWarps, kSWarps, 16)) >= 16 ? 16 : kSWarps;
+  if (n_queries > 1 && warps == 16) return launch_scores<16, kSTile>(q, n_heads, head_dim, kv, scale, S, err, n_queries, s);
   if (n_queries > 1) return launch_scores<kSWarps, kSTile>(q, n_heads, head_dim, kv, scale, S, err, n_queries, s);
   // One query: 16 heads x 16 rows per block (3, the default: the fastest of the three on the H200,
   // 87.5 against 86.1 t/s at 2K), or 8 heads x 16 rows (1) or 8 heads x 8 rows (2), to measure.
