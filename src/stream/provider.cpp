@@ -203,7 +203,6 @@ const ExpertLease::Expert* ExpertLease::next() {
       return &out_;
     }
     if (waiting_.empty() && deferred_.empty()) {
-      if (!done_) p.lease_done_ns_ = now_ns();  // decode computes until the next acquire
       done_ = true;
       return nullptr;
     }
@@ -473,10 +472,13 @@ void ExpertProvider::handle(const ReadDone& d) {
   ++st_->reads;
   st_->bytes_read += static_cast<uint64_t>(d.result);
   if (en.pf_io && pf_reads_ > 0) --pf_reads_;
-  if (en.waited && dem_reads_ > 0 && --dem_reads_ == 0 && !dem_mixed_ && dem_bytes_ > 0) {
-    // The demand reads alone on the disk: their rate is what a guess would get in a gap.
-    const double r = static_cast<double>(dem_bytes_) / static_cast<double>(std::max<int64_t>(1, now_ns() - dem_t0_));
-    bytes_per_ns_ = bytes_per_ns_ < 0 ? r : 0.75 * bytes_per_ns_ + 0.25 * r;
+  if (en.waited && dem_reads_ > 0 && --dem_reads_ == 0) {
+    idle_from_ns_ = now_ns();  // no demand on the disk from here to the next acquire's
+    if (!dem_mixed_ && dem_bytes_ > 0) {
+      // The demand reads alone on the disk: their rate is what a guess would get in a gap.
+      const double r = static_cast<double>(dem_bytes_) / static_cast<double>(std::max<int64_t>(1, idle_from_ns_ - dem_t0_));
+      bytes_per_ns_ = bytes_per_ns_ < 0 ? r : 0.75 * bytes_per_ns_ + 0.25 * r;
+    }
   }
   if (--en.reads_left > 0) return;
   if (en.pf_io) {
@@ -594,10 +596,10 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
   if (k <= 0 || routing.size() % static_cast<size_t>(k) != 0)
     fail("internal: routing of {} ids is not a whole number of rows of {}", routing.size(), k);
   ++st_->acquires;
-  if (lease_done_ns_ != 0) {  // the time decode computed since the last lease: the disk's gap
-    const double g = static_cast<double>(now_ns() - lease_done_ns_);
+  if (idle_from_ns_ != 0) {  // the disk's gap: no demand read since the last one completed
+    const double g = static_cast<double>(now_ns() - idle_from_ns_);
     gap_ns_ = gap_ns_ < 0 ? g : 0.75 * gap_ns_ + 0.25 * g;
-    lease_done_ns_ = 0;
+    idle_from_ns_ = 0;
   }
   // Guesses for layers decode has reached are stale now.
   std::erase_if(prefetch_queue_, [&](const Queued& q) {
@@ -682,6 +684,7 @@ ExpertLease ExpertProvider::acquire(int64_t layer, std::span<const int32_t> rout
     st_->demand_behind_prefetch += pf_reads_;
   }
   flush();
+  if (dem_reads_ == 0) idle_from_ns_ = now_ns();  // no demand this layer: the gap runs from here
   // The guesses hinted during this layer get what the disk reads in one gap (none measured: no limit).
   budget_left_ = gap_ns_ >= 0 && bytes_per_ns_ >= 0 ? gap_ns_ * bytes_per_ns_ : 1e300;
   pump_prefetch();  // gated while this layer's demand is in flight

@@ -86,9 +86,9 @@ struct ProviderOptions {
   bool protect = true;
   int protect_tokens = 2;
   unsigned prefetch_inflight = 8;
-  // Lookahead guesses are submitted only as far as the disk can read them in the time decode
-  // spends between layers (measured: the gap from a lease's end to the next acquire, times the
-  // demand reads' rate), weighed by their measured precision (provider.cpp pump_prefetch), so a
+  // Lookahead guesses are submitted only as far as the disk can read them in the time it has no
+  // demand between layers (measured: the gap from the last demand read's completion to the next
+  // acquire, which includes compute inside a lease, times the demand reads' rate), weighed by their measured precision (provider.cpp pump_prefetch), so a
   // wrong guess stands in front of the next layer's demand only where a right one pays more.
   bool prefetch_budget = true;
   // Device-tier misses are computed where they sit in host memory instead of copied into a
@@ -260,10 +260,14 @@ class ExpertProvider {
   // loads and prefetches that acquire() claimed while still loading).
   uint64_t pf_reads_ = 0, dem_reads_ = 0;
   std::vector<uint32_t> pf_layer_;  // per layer: prefetched experts whose reads are in flight
-  // Lookahead budget (prefetch_budget): EMAs of the time between layers and of the demand read
+  // Lookahead budget (prefetch_budget): EMAs of the disk's gap between layers and of the demand read
   // rate (< 0: not measured yet, no limit), and the bytes left for the current gap.
   double gap_ns_ = -1, bytes_per_ns_ = -1, budget_left_ = 1e300;
-  int64_t lease_done_ns_ = 0;            // when the last lease handed out its last expert
+  // Since when no demand read has been on the disk (the last one's completion, or an acquire
+  // that submitted none); 0: demand in flight, or not yet measured. From there to the next
+  // acquire is the gap the next layer's guesses can use: it includes the compute after a
+  // lease's last read, inside the lease (host compute) or after it.
+  int64_t idle_from_ns_ = 0;
   int64_t dem_t0_ = 0;                   // when the demand reads in flight started (dem_reads_ 0 -> >0)
   uint64_t dem_bytes_ = 0;               // bytes those demand reads carry
   bool dem_mixed_ = false;               // prefetch reads shared the disk with them: no sample

@@ -448,8 +448,8 @@ TEST(StreamProvider, PrefetchIsNeverSubmittedWhileDemandIsInFlight) {
   EXPECT_GT(prov->stats().prefetch_issued[kPrefetchLookahead], 0u);
 }
 
-// The lookahead budget: a guess goes in only when the gap between layers (lease end to next
-// acquire) lets the disk read enough of it (at the demand reads' measured rate). With reads of
+// The lookahead budget: a guess goes in only when the gap between layers (the last demand
+// read's completion to the next acquire) lets the disk read enough of it (at the demand reads' measured rate). With reads of
 // >= 50 ms and no compute between layers, no guess fits; after 300 ms gaps, guesses go in.
 TEST(StreamProvider, LookaheadBudgetFollowsTheGapBetweenLayers) {
   auto p = test::write_stream_model("prov_budget", test::stream_config());
@@ -479,6 +479,35 @@ TEST(StreamProvider, LookaheadBudgetFollowsTheGapBetweenLayers) {
   step(1, {6, 7}, {4, 5});
   EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], issued0 + 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  step(2, {4, 5}, {});
+  EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
+}
+
+// The gap counts compute inside a lease: with host compute the caller computes each expert as
+// next() hands it out, so the disk idles from the last demand read's completion to the next
+// acquire while the lease is still open. Measured from the lease's end (before), that gap
+// read as ~0 here and every guess was dropped.
+TEST(StreamProvider, LookaheadBudgetCountsComputeInsideTheLease) {
+  auto p = test::write_stream_model("prov_budget_in", test::stream_config());
+  Ref ref(p);
+  SlowEngine::Log log;
+  ProviderOptions o;
+  o.io_factory = [&] { return std::make_unique<SlowEngine>(std::chrono::milliseconds(50), &log); };
+  o.prefetch_hash = o.protect = false;
+  auto prov = ExpertProvider::open(ref.g, o);
+  // Each expert "computed" for 150 ms inside the lease, as a host backend would.
+  auto step = [&](int64_t il, std::vector<int32_t> r, std::vector<int32_t> guess) {
+    ExpertLease lease = prov->acquire(il, r, 2);
+    if (!guess.empty()) prov->hint(il + 1, guess);
+    while (lease.next()) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  };
+  prov->begin_tokens(std::vector<int32_t>{1});
+  step(1, {0, 1}, {});  // the demand rate, and a gap of ~150-300 ms (compute after the last read)
+  step(2, {0, 1}, {});
+  const uint64_t issued0 = prov->stats().prefetch_issued[kPrefetchLookahead];
+  prov->begin_tokens(std::vector<int32_t>{2});
+  step(1, {2, 3}, {4, 5});  // no sleep between leases: only the compute inside them
+  EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], issued0 + 2);
   step(2, {4, 5}, {});
   EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
 }
