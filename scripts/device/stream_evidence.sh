@@ -212,14 +212,14 @@ CPU="--expert-host-compute cpu"
 consumer="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB $COPY"
 consumer_cpu="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB $CPU"
 if stage bench; then
-  bench resident resident
+  [ "${SKIP_RESIDENT:-0}" = 1 ] || bench resident resident
   # shellcheck disable=SC2086
   bench "gpu16+host32" plain $consumer $PLAIN
   # shellcheck disable=SC2086
   bench "gpu16+host32" all $consumer
   # shellcheck disable=SC2086
   bench "gpu16+host32" "all, cpu compute" $consumer_cpu
-  for h in ${HOSTS:-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)
+  for h in ${HOSTS-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)
     # shellcheck disable=SC2086
     bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN $COPY
     # shellcheck disable=SC2086

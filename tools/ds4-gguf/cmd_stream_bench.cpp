@@ -43,6 +43,8 @@ int usage() {
                "  --no-direct        buffered reads (page cache) instead of O_DIRECT\n"
                "  --packed FILE      packed expert file (default MODEL.gguf.experts if present; '-' = GGUF)\n"
                "  --compute-us N     emulated compute per layer and token (sleep), for overlap (default 0)\n"
+               "  --expert-us N      emulated compute per expert inside the lease, as host compute does\n"
+               "                     (sleep after each expert handed out; default 0)\n"
                "  --trace FILE       routing from a trace; else synthetic: --tokens N (256) --zipf A --reuse P\n"
                "                     --guesses N --guess-recall Q --seed S (see replay-routing)\n"
                "  --warmup N         tokens before the clock starts (default 32)\n"
@@ -116,7 +118,7 @@ int sweep(const ds4::gguf::File& f, const ProviderOptions& o, double gb, unsigne
 int cmd_stream_bench(int argc, char** argv) {
   std::string model, trace_path, cache = "28%", policy = "hot", prefetch = "all", io = "auto", packed;
   bool record = false, direct = true;
-  int64_t compute_us = 0, warmup = 32;
+  int64_t compute_us = 0, expert_us = 0, warmup = 32;
   double sweep_gb = 0;
   unsigned io_depth = 64;
   int decay = EvictionPolicy::kDefaultDecayTokens, recent = EvictionPolicy::kDefaultRecentTokens;
@@ -139,6 +141,7 @@ int cmd_stream_bench(int argc, char** argv) {
       else if (a == "--no-direct") direct = false;
       else if (a == "--packed") packed = value();
       else if (a == "--compute-us") compute_us = std::stoll(value());
+      else if (a == "--expert-us") expert_us = std::stoll(value());
       else if (a == "--trace") trace_path = value();
       else if (a == "--tokens") syn.n_tokens = std::stoll(value());
       else if (a == "--zipf") syn.zipf = std::stod(value());
@@ -236,8 +239,8 @@ int cmd_stream_bench(int argc, char** argv) {
       // so they can use layer L's compute; the trace records them after layer L's routing.
       if (&r + 1 != t.records.data() + t.records.size() && (&r + 1)->hint && (&r + 1)->pos == pos)
         prov->hint((&r + 1)->layer, (&r + 1)->experts, kPrefetchLookahead);
-      while (lease.next()) {
-      }
+      while (lease.next())
+        if (expert_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(expert_us));
       if (pos >= warmup) layer_miss[static_cast<size_t>(r.layer)] += prov->stats().misses - m0;
       if (compute_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(compute_us));
     }
@@ -252,11 +255,11 @@ int cmd_stream_bench(int argc, char** argv) {
                model, st.source_path(), st.packed() ? "packed" : "GGUF", st.direct() ? "O_DIRECT" : "buffered: page cache",
                prov->io_name(), o.record_reads && st.packed() ? 1 : 3, policy, prefetch, s.budget_bytes / 1073741824.0,
                s.budget_bytes / layout.max_expert_bytes(), layout.n_layer * layout.n_expert);
-    fmt::print("routing: {}; {} timed tokens after {} warm-up, emulated compute {} us per layer\n",
+    fmt::print("routing: {}; {} timed tokens after {} warm-up, emulated compute {} us per layer, {} us per expert\n",
                trace_path.empty() ? fmt::format("synthetic zipf {} reuse {} guesses {} recall {} seed {}", syn.zipf,
                                                 syn.reuse, syn.guesses, syn.guess_recall, syn.seed)
                                   : "trace " + trace_path,
-               timed, warmup, compute_us);
+               timed, warmup, compute_us, expert_us);
     fmt::print("time {:.3f} s = {:.2f} tokens/s; read {:.3f} GB = {:.3f} GB/s ({:.1f} MB/token); hit {:.2f}%; stall "
                "{:.2f} ms/token\n",
                secs, timed / secs, bytes / 1e9, bytes / 1e9 / secs, bytes / 1e6 / timed,
