@@ -63,6 +63,10 @@ struct EngineOptions {
   std::string expert_host_compute_rates;
   std::string expert_cache_policy = "hot";   // "hot" (decayed selection count + recency) or "lru"
   std::string expert_io = "auto";            // "auto" (io_uring, else pread), "uring", "pread"
+  // A packed expert file read one record (the whole expert) per read instead of one read per
+  // component (gate, up, down): fewer, larger reads. Off by default until measured on an NVMe
+  // (docs/BENCHMARKS.md, session 28: +7% decode on the 2-core VM's virtio disk).
+  bool expert_record_reads = false;
   bool expert_prefetch_hash = true;          // prefetch hash-routed layers' experts per token
   bool expert_prefetch_lookahead = true;     // next layer's router on this layer's input
   bool expert_protect = true;                // prefetched experts are not evicted while fresh

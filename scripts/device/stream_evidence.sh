@@ -30,6 +30,7 @@
 #          the same source, right with probability 0.5: an assumption). Each budget: the defaults (hot
 #          policy + hash + lookahead + protect) against plain LRU without prefetch.
 #   ab     at the consumer budget, each policy alone against plain LRU without prefetch.
+# EXTRA_FLAGS: appended to every ds4-bench row (e.g. --expert-record-reads).
 # Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, MiB per token computed on the CPU (hcMiB/t), prefetch coverage
@@ -178,7 +179,7 @@ bench() {  # group (budget name), name, then ds4-bench flags
   # The resident row reads nothing while it decodes; dropping would only slow its load.
   if [ "$group" = resident ]; then pc=kept; else pc=$(drop_cache); fi
   timeout "$to" "$B/ds4-bench" -m "$F" --backend "$BACKEND" --ctx-start "$CTX" --ctx-max "$CTX" --batch "$CTX" \
-    --gen-warmup "$WARM" --gen-tokens "$GEN" --bench-routing "zipf:$SEED" --stats --csv "$csv" "$@" > "$log" 2>&1
+    --gen-warmup "$WARM" --gen-tokens "$GEN" --bench-routing "zipf:$SEED" --stats --csv "$csv" "$@" ${EXTRA_FLAGS:-} > "$log" 2>&1
   rc=$?
   local row gen x
   row=$(tail -1 "$csv" 2>/dev/null); gen=$(echo "$row" | cut -d, -f5)

@@ -234,6 +234,7 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
   }
   sr.policy = o.expert_cache_policy;
   sr.io = o.expert_io;
+  sr.record_reads = o.expert_record_reads;
   sr.prefetch_hash = o.expert_prefetch_hash;
   sr.prefetch_lookahead = o.expert_prefetch_lookahead;
   sr.protect = o.expert_protect;

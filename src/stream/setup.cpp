@@ -42,6 +42,7 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   else if (r.io == "uring") o.io = IoKind::Uring;
   else if (r.io == "pread") o.io = IoKind::Pread;
   else fail("unknown expert I/O engine '{}' (auto, uring, pread)", r.io);
+  o.record_reads = r.record_reads;
   o.prefetch_hash = r.prefetch_hash;
   o.prefetch_lookahead = r.prefetch_lookahead;
   o.protect = r.protect;
@@ -67,7 +68,8 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
       budget / max_slot, max_slot / 1048576.0, r.policy, r.prefetch_hash ? " hash" : "",
       r.prefetch_lookahead ? " lookahead" : "", r.protect ? " protect" : "",
       !r.prefetch_hash && !r.prefetch_lookahead && !r.protect ? " off" : "",
-      fmt::format(", I/O {}", s.provider->io_name()));
+      fmt::format(", I/O {}{}", s.provider->io_name(),
+                  o.record_reads && st.packed() ? ", one read per expert" : ""));
   if (freed && !r.enable) s.describe += " (the GGUF's experts were moved to the packed file)";
   return s;
 }

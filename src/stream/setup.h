@@ -13,6 +13,7 @@ struct StreamingRequest {
   std::string cache_host;        // --expert-cache-host: "8GB", "512MiB", N slots; "" = every expert
   std::string policy = "hot";    // --expert-cache-policy: hot | lru
   std::string io = "auto";       // auto | uring | pread
+  bool record_reads = false;     // --expert-record-reads (ProviderOptions::record_reads)
   bool prefetch_hash = true;
   bool prefetch_lookahead = true;
   bool protect = true;

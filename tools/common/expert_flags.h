@@ -13,7 +13,7 @@ struct ExpertFlags {
   bool ssd_streaming = false, resident = false;
   std::string cache_host, cache_gpu, cache_policy = "hot", io = "auto", packed, trace, bench_routing;
   std::string host_compute = "auto", host_compute_rates;
-  bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false;
+  bool no_prefetch_hash = false, no_prefetch_lookahead = false, no_expert_protect = false, record_reads = false;
   double memory_reserve_gib = 2.0, host_memory_gib = 0;
 
   void apply(EngineOptions& eo) const {
@@ -25,6 +25,7 @@ struct ExpertFlags {
     eo.expert_host_compute_rates = host_compute_rates;
     eo.expert_cache_policy = cache_policy;
     eo.expert_io = io;
+    eo.expert_record_reads = record_reads;
     eo.expert_prefetch_hash = !no_prefetch_hash;
     eo.expert_prefetch_lookahead = !no_prefetch_lookahead;
     eo.expert_protect = !no_expert_protect;
@@ -64,6 +65,8 @@ inline CLI::Option_group* add_expert_flags(CLI::App& app, ExpertFlags& f) {
       ->check(CLI::IsMember({"hot", "lru"}));
   g->add_option("--expert-io", f.io, "auto (io_uring, else pread), uring or pread")
       ->check(CLI::IsMember({"auto", "uring", "pread"}));
+  g->add_flag("--expert-record-reads", f.record_reads,
+              "packed expert file: one read per expert (its whole record) instead of one per gate/up/down");
   g->add_flag("--no-prefetch-hash", f.no_prefetch_hash, "do not prefetch hash-routed layers' experts");
   g->add_flag("--no-prefetch-lookahead", f.no_prefetch_lookahead, "do not prefetch the next layer's router guesses");
   g->add_flag("--no-expert-protect", f.no_expert_protect, "let demand reads evict fresh prefetches");

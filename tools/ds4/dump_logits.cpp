@@ -45,6 +45,7 @@ void run_dump_logits(const Ds4Options& opts) {
   sr.cache_host = x.cache_host;
   sr.policy = x.cache_policy;
   sr.io = x.io;
+  sr.record_reads = x.record_reads;
   sr.prefetch_hash = !x.no_prefetch_hash;
   sr.prefetch_lookahead = !x.no_prefetch_lookahead;
   sr.protect = !x.no_expert_protect;

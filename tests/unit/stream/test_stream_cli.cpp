@@ -52,6 +52,13 @@ TEST(StreamCli, PackStreamRestoreReplay) {
   EXPECT_NE(st.text.find("packed"), std::string::npos) << st.text;
   EXPECT_NE(st.text.find("misses"), std::string::npos) << st.text;
   EXPECT_EQ(ds4::test::read_file(r), ds4::test::read_file(s));
+  // One read per expert (the packed record): the same logits.
+  fs::remove(s);
+  Out rec = sh(ds4 + " -m " + m + " " + toks + " --dump-logits " + s +
+               " --ssd-streaming --expert-cache-host 12 --expert-record-reads --stats");
+  ASSERT_EQ(rec.rc, 0) << rec.text;
+  EXPECT_NE(rec.text.find("one read per expert"), std::string::npos) << rec.text;
+  EXPECT_EQ(ds4::test::read_file(r), ds4::test::read_file(s));
 
   fs::rename(m + ".experts", m + ".aside");
   Out no = sh(ds4 + " -m " + m + " " + toks + " --dump-logits " + s);
