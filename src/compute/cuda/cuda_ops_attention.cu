@@ -13,6 +13,7 @@
 #include "compute/cuda/cuda_launch.h"
 #include "compute/cuda/cuda_ops.h"
 #include "compute/cuda/cuda_util.cuh"
+#include "compute/cuda/gemv_internal.h"
 #include "compute/cuda/moe_route.cuh"
 #include "core/error.h"
 
@@ -560,13 +561,7 @@ __global__ void __launch_bounds__(kItGroups * KP) k_indexer_tiled(const float* q
 template <int KP>
 void launch_indexer_tiled(const float* q, const float* w, float scale, const float* keys, DevCount n_keys,
                           int64_t max_keys, float* scores, IxQueries qs, unsigned nq, cudaStream_t s) {
-  static bool attr_set = false;  // one device per process (the backend's)
-  if (!attr_set) {
-    check(cudaFuncSetAttribute(k_indexer_tiled<KP>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(it_shared(KP))),
-          "cudaFuncSetAttribute(indexer_scores tiled)");
-    attr_set = true;
-  }
+  gemv_detail::allow_smem(reinterpret_cast<const void*>(k_indexer_tiled<KP>), it_shared(KP), "indexer_scores (tiled)");
   launch(k_indexer_tiled<KP>, dim3(grid_for(max_keys, 2 * KP), nq), kItGroups * KP, it_shared(KP), s, q, w, scale,
          keys, n_keys, scores, qs);
   check_launch("indexer_scores (64x128, tiled)");
@@ -588,13 +583,7 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
         launch_indexer_tiled<32>(q, w, scale, keys, n_keys, max_keys, scores, qs, nq, s);
       return;
     }
-    static bool attr_set = false;  // one device per process (the backend's)
-    if (!attr_set) {
-      check(cudaFuncSetAttribute(k_indexer_flash, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 static_cast<int>(kIxShared)),
-            "cudaFuncSetAttribute(indexer_scores 64x128)");
-      attr_set = true;
-    }
+    gemv_detail::allow_smem(reinterpret_cast<const void*>(k_indexer_flash), kIxShared, "indexer_scores (64x128)");
     launch(k_indexer_flash, dim3(grid_for(max_keys, kIxKeys), nq), kIxThreads, kIxShared, s, q, w, scale, keys,
            n_keys, scores, qs);
     check_launch("indexer_scores (64x128)");
@@ -604,9 +593,7 @@ void indexer_scores(const float* q, const float* w, float scale, int64_t n_heads
   if (shm > 200 * 1024) fail("CUDA indexer_scores: {} heads x {} dims exceed shared memory", n_heads, head_dim);
   const int threads = 256, nw = threads / 32;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(grid_for(max_keys, nw), 4096));
-  if (shm > 48 * 1024)
-    check(cudaFuncSetAttribute(k_indexer, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shm)),
-          "cudaFuncSetAttribute(indexer_scores)");
+  gemv_detail::allow_smem(reinterpret_cast<const void*>(k_indexer), shm, "indexer_scores");
   launch(k_indexer, dim3(grid, nq), threads, shm, s, q, w, scale, static_cast<int>(n_heads), head_dim, keys, n_keys,
          scores, qs);
   check_launch("indexer_scores");
