@@ -448,39 +448,56 @@ TEST(StreamProvider, PrefetchIsNeverSubmittedWhileDemandIsInFlight) {
   EXPECT_GT(prov->stats().prefetch_issued[kPrefetchLookahead], 0u);
 }
 
-// The lookahead budget: a guess goes in only when the gap between layers (the last demand
-// read's completion to the next acquire) lets the disk read enough of it (at the demand reads' measured rate). With reads of
-// >= 50 ms and no compute between layers, no guess fits; after 300 ms gaps, guesses go in.
-TEST(StreamProvider, LookaheadBudgetFollowsTheGapBetweenLayers) {
-  auto p = test::write_stream_model("prov_budget", test::stream_config());
-  Ref ref(p);
-  SlowEngine::Log log;
-  ProviderOptions o;
-  o.io_factory = [&] { return std::make_unique<SlowEngine>(std::chrono::milliseconds(50), &log); };
-  o.prefetch_hash = o.protect = false;
-  auto prov = ExpertProvider::open(ref.g, o);
-  prov->begin_tokens(std::vector<int32_t>{1});
-  auto step = [&](int64_t il, std::vector<int32_t> r, std::vector<int32_t> guess) {
+namespace {
+
+// A provider on reads of 50 ms (SlowEngine), lookahead only, for the budget tests. step() acquires
+// layer il, hints guesses for il + 1 as the engine does, then takes the lease's experts,
+// "computing" each for expert_ms inside the lease (host compute) when given.
+struct BudgetRig {
+  explicit BudgetRig(const char* name) : path(test::write_stream_model(name, test::stream_config())), ref(path) {
+    ProviderOptions o;
+    o.io_factory = [this] { return std::make_unique<SlowEngine>(std::chrono::milliseconds(50), &log); };
+    o.prefetch_hash = o.protect = false;
+    prov = ExpertProvider::open(ref.g, o);
+  }
+  void step(int64_t il, std::vector<int32_t> r, std::vector<int32_t> guess, int expert_ms = 0) {
     ExpertLease lease = prov->acquire(il, r, 2);
     if (!guess.empty()) prov->hint(il + 1, guess);
-    while (lease.next()) {
-    }
-  };
-  step(1, {0, 1}, {});  // measures the demand rate
-  step(2, {0, 1}, {});  // and a (short) gap
-  const uint64_t issued0 = prov->stats().prefetch_issued[kPrefetchLookahead];
-  prov->begin_tokens(std::vector<int32_t>{2});
-  step(1, {2, 3}, {4, 5});  // guesses for layer 2: no gap to read them in
-  step(2, {2, 3}, {});
-  EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], issued0);
-  EXPECT_EQ(prov->stats().prefetch_dropped[kPrefetchLookahead], 2u);
-  prov->begin_tokens(std::vector<int32_t>{3});
+    while (lease.next())
+      if (expert_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(expert_ms));
+  }
+  uint64_t issued() const { return prov->stats().prefetch_issued[kPrefetchLookahead]; }
+
+  std::string path;
+  Ref ref;
+  SlowEngine::Log log;
+  std::unique_ptr<ExpertProvider> prov;
+};
+
+}  // namespace
+
+// The lookahead budget: a guess goes in only when the gap between layers (the last demand
+// read's completion to the next acquire) lets the disk read enough of it (at the demand reads'
+// measured rate). With reads of >= 50 ms and no compute between layers, no guess fits; after
+// 300 ms gaps, guesses go in.
+TEST(StreamProvider, LookaheadBudgetFollowsTheGapBetweenLayers) {
+  BudgetRig t("prov_budget");
+  t.prov->begin_tokens(std::vector<int32_t>{1});
+  t.step(1, {0, 1}, {});  // measures the demand rate
+  t.step(2, {0, 1}, {});  // and a (short) gap
+  const uint64_t issued0 = t.issued();
+  t.prov->begin_tokens(std::vector<int32_t>{2});
+  t.step(1, {2, 3}, {4, 5});  // guesses for layer 2: no gap to read them in
+  t.step(2, {2, 3}, {});
+  EXPECT_EQ(t.issued(), issued0);
+  EXPECT_EQ(t.prov->stats().prefetch_dropped[kPrefetchLookahead], 2u);
+  t.prov->begin_tokens(std::vector<int32_t>{3});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // decode computes a long time
-  step(1, {6, 7}, {4, 5});
-  EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], issued0 + 2);
+  t.step(1, {6, 7}, {4, 5});
+  EXPECT_EQ(t.issued(), issued0 + 2);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  step(2, {4, 5}, {});
-  EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
+  t.step(2, {4, 5}, {});
+  EXPECT_EQ(t.prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
 }
 
 // The gap counts compute inside a lease: with host compute the caller computes each expert as
@@ -488,26 +505,15 @@ TEST(StreamProvider, LookaheadBudgetFollowsTheGapBetweenLayers) {
 // acquire while the lease is still open. Measured from the lease's end (before), that gap
 // read as ~0 here and every guess was dropped.
 TEST(StreamProvider, LookaheadBudgetCountsComputeInsideTheLease) {
-  auto p = test::write_stream_model("prov_budget_in", test::stream_config());
-  Ref ref(p);
-  SlowEngine::Log log;
-  ProviderOptions o;
-  o.io_factory = [&] { return std::make_unique<SlowEngine>(std::chrono::milliseconds(50), &log); };
-  o.prefetch_hash = o.protect = false;
-  auto prov = ExpertProvider::open(ref.g, o);
+  BudgetRig t("prov_budget_in");
   // Each expert "computed" for 150 ms inside the lease, as a host backend would.
-  auto step = [&](int64_t il, std::vector<int32_t> r, std::vector<int32_t> guess) {
-    ExpertLease lease = prov->acquire(il, r, 2);
-    if (!guess.empty()) prov->hint(il + 1, guess);
-    while (lease.next()) std::this_thread::sleep_for(std::chrono::milliseconds(150));
-  };
-  prov->begin_tokens(std::vector<int32_t>{1});
-  step(1, {0, 1}, {});  // the demand rate, and a gap of ~150-300 ms (compute after the last read)
-  step(2, {0, 1}, {});
-  const uint64_t issued0 = prov->stats().prefetch_issued[kPrefetchLookahead];
-  prov->begin_tokens(std::vector<int32_t>{2});
-  step(1, {2, 3}, {4, 5});  // no sleep between leases: only the compute inside them
-  EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], issued0 + 2);
-  step(2, {4, 5}, {});
-  EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
+  t.prov->begin_tokens(std::vector<int32_t>{1});
+  t.step(1, {0, 1}, {}, 150);  // the demand rate, and a gap of ~150-300 ms (compute after the last read)
+  t.step(2, {0, 1}, {}, 150);
+  const uint64_t issued0 = t.issued();
+  t.prov->begin_tokens(std::vector<int32_t>{2});
+  t.step(1, {2, 3}, {4, 5}, 150);  // no sleep between leases: only the compute inside them
+  EXPECT_EQ(t.issued(), issued0 + 2);
+  t.step(2, {4, 5}, {}, 150);
+  EXPECT_EQ(t.prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
 }
