@@ -42,8 +42,9 @@ struct EngineOptions {
   // implementation does. Off reproduces transformers' float-only math.
   bool act_quant_sim = true;
   // Longest batch one forward pass takes; prefill runs in chunks of this many tokens.
-  // Cancellation and progress are checked between chunks.
-  int64_t max_batch = 512;
+  // Cancellation and progress are checked between chunks. 0: the backend's default
+  // (default_max_batch), which Engine::options() then reports.
+  int64_t max_batch = 0;
 
   // Routed-expert streaming (src/stream): experts are read on demand from the GGUF, or from its
   // packed expert file (`ds4-gguf pack-experts`), into a host-RAM cache. Output is bit-identical
@@ -113,6 +114,11 @@ struct EngineOptions {
   bool collect_expert_profile = false;
   std::string prune_mask;
 };
+
+// EngineOptions::max_batch when it is 0: 2048 tokens on a GPU backend, where a chunk's
+// tensor-core products read each weight once per chunk and a routed expert gets ~48 rows
+// (6 of 256 experts per token); 512 on the CPU (its default before there was a GPU backend).
+int64_t default_max_batch(const std::string& backend);
 
 // Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
 struct MemoryPlan {

@@ -23,6 +23,7 @@ App::App(const AgentCliOptions& o) : o_(o) {
   eo.model_path = o.model_path;
   eo.backend = o.backend;
   eo.threads = o.threads;
+  eo.max_batch = o.batch;
   eo.ctx_size = o.ctx;
   eo.dir_steering_file = o.dir_steering_file;
   eo.dir_steering_attn = o.dir_steering_attn;

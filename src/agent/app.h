@@ -20,6 +20,7 @@ struct AgentCliOptions {
   std::string model_path = "ds4flash.gguf";
   std::string backend = "cpu";
   int threads = 0;
+  int64_t batch = 0;  // EngineOptions::max_batch (0: the backend's default)
   std::string dir_steering_file;  // EngineOptions::dir_steering_*
   float dir_steering_attn = 0, dir_steering_ffn = 0;
   // Further engine settings from the command line (expert streaming, residency), applied to

@@ -364,13 +364,17 @@ std::string MemoryPlan::describe() const {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-std::shared_ptr<const Engine> Engine::open(const EngineOptions& o) {
+int64_t default_max_batch(const std::string& backend) { return backend == "cpu" ? 512 : 2048; }
+
+std::shared_ptr<const Engine> Engine::open(const EngineOptions& given) {
+  if (given.max_batch < 0) fail("max_batch {} must be at least 1 (0: the backend's default)", given.max_batch);
+  EngineOptions o = given;
+  if (o.max_batch == 0) o.max_batch = default_max_batch(o.backend);
   if (o.backend != "cpu") {
     // Fails early (before the model is opened) for a name or backend this build lacks.
     if (!compute::backend_is_shared(o.backend)) compute::make_backend({o.backend});
   }
   if (o.ctx_size < 0) fail("context size {} is negative", o.ctx_size);
-  if (o.max_batch < 1) fail("max_batch {} must be at least 1", o.max_batch);
   if (!std::filesystem::exists(o.model_path)) fail("{}: model file not found", o.model_path);
 
   auto impl = std::make_unique<Impl>();

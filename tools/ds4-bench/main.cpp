@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
                  "cache then starts warm")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--batch", eo.max_batch, "prefill chunk (tokens per forward pass)")->capture_default_str();
+  app.add_option("-b,--batch,--batch-size", eo.max_batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
   app.add_option("--csv", csv_path, "also write the CSV to this file");
   app.add_option("--act-quant-sim", sim, "FP8 KV / FP4 indexer rounding")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--seed", seed, "seed of the random prompt")->capture_default_str();

@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--tokens", tokens, "default completion limit when a request sets none (capped by --ctx)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", eo.threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("-b,--batch-size", eo.max_batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
   app.add_option("--backend", eo.backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--dir-steering-file", eo.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
   app.add_option("--dir-steering-attn", eo.dir_steering_attn, "steering scale after attention sublayers (default 0)");

@@ -57,6 +57,7 @@ int run_collect(const Ds4Options& c) {
   eo.model_path = c.model_path;
   eo.backend = c.backend;
   eo.threads = c.threads;
+  eo.max_batch = c.batch;
   eo.act_quant_sim = c.act_quant_sim;
   eo.ctx_size = c.imatrix_chunk;
   eo.collect_imatrix = !c.imatrix_out.empty();

@@ -14,6 +14,7 @@ struct Ds4Options {
   bool act_quant_sim = true;
   bool float_acts = false;  // debug: quantized weights x f32 activations
   int threads = 0;  // 0: all hardware threads
+  int64_t batch = 0;  // EngineOptions::max_batch (0: the backend's default)
   bool verbose = false;
 
   // Routed-expert streaming and residency (tools/common/expert_flags.h); `stats` prints the

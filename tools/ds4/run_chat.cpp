@@ -75,6 +75,7 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
   eo.model_path = c.model_path;
   eo.backend = c.backend;
   eo.threads = c.threads;
+  eo.max_batch = c.batch;
   eo.ctx_size = o.ctx;
   eo.act_quant_sim = c.act_quant_sim;
   c.experts.apply(eo);
@@ -109,9 +110,9 @@ int run_chat_cli(const Ds4Options& c, const ChatCliOptions& o) {
     fmt::print(stderr, "{}\n", engine->memory_plan().expert_streaming);
   const auto& info = engine->info();
   if (c.verbose) {
-    fmt::print(stderr, "ds4: {} ({}), model id {}, {} layers, vocab {}, ctx {} (trained {}), {} threads\n",
+    fmt::print(stderr, "ds4: {} ({}), model id {}, {} layers, vocab {}, ctx {} (trained {}), {} threads, prefill chunk {}\n",
                info.model_name, c.model_path, info.model_id, info.n_layer, info.n_vocab, info.n_ctx,
-               info.n_ctx_train, info.threads);
+               info.n_ctx_train, info.threads, engine->options().max_batch);
     fmt::print(stderr, "{}\n", engine->memory_plan().describe());
   }
   const Tokenizer& tok = engine->tokenizer();  // every mode below needs text

@@ -45,6 +45,26 @@ TEST(Engine, ErrorsNameTheProblem) {
   }
 }
 
+// max_batch 0 is the backend's default, which options() reports; a negative one is an error.
+TEST(Engine, MaxBatchZeroIsTheBackendsDefault) {
+  EXPECT_EQ(default_max_batch("cpu"), 512);
+  EXPECT_EQ(default_max_batch("cuda"), 2048);
+  EngineOptions o;
+  o.model_path = chat_model_path();
+  o.threads = 2;
+  EXPECT_EQ(o.max_batch, 0);
+  EXPECT_EQ(Engine::open(o)->options().max_batch, 512);
+  o.max_batch = 7;
+  EXPECT_EQ(Engine::open(o)->options().max_batch, 7);
+  o.max_batch = -1;
+  try {
+    Engine::open(o);
+    FAIL();
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("max_batch -1 must be at least 1"), std::string::npos) << err.what();
+  }
+}
+
 // The plan's figures against the vectors a session really holds (sizes counted here from the
 // State's own fields after evaluating 64 tokens: a multiple of every compress ratio).
 TEST(Engine, MemoryPlanMatchesTheStateItDescribes) {
