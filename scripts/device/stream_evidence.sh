@@ -30,7 +30,8 @@
 #          the same source, right with probability 0.5: an assumption). Each budget: the defaults (hot
 #          policy + hash + lookahead + protect) against plain LRU without prefetch.
 #   ab     at the consumer budget, each policy alone against plain LRU without prefetch.
-# EXTRA_FLAGS: appended to every ds4-bench row (e.g. --expert-record-reads).
+# EXTRA_FLAGS: appended to every ds4-bench row (e.g. --expert-record-reads). ROUNDS=N: the consumer
+# rows N times, alternated.
 # Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, MiB per token computed on the CPU (hcMiB/t), prefetch coverage
@@ -214,12 +215,14 @@ consumer="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(
 consumer_cpu="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-host $(mib 32)MiB $CPU"
 if stage bench; then
   [ "${SKIP_RESIDENT:-0}" = 1 ] || bench resident resident
-  # shellcheck disable=SC2086
-  bench "gpu16+host32" plain $consumer $PLAIN
-  # shellcheck disable=SC2086
-  bench "gpu16+host32" all $consumer
-  # shellcheck disable=SC2086
-  bench "gpu16+host32" "all, cpu compute" $consumer_cpu
+  for round in $(seq 1 "${ROUNDS:-1}"); do  # ROUNDS: the consumer rows again, alternated (each vs its round's plain)
+    # shellcheck disable=SC2086
+    bench "gpu16+host32" plain $consumer $PLAIN
+    # shellcheck disable=SC2086
+    bench "gpu16+host32" all $consumer
+    # shellcheck disable=SC2086
+    bench "gpu16+host32" "all, cpu compute" $consumer_cpu
+  done
   for h in ${HOSTS-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)
     # shellcheck disable=SC2086
     bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN $COPY
