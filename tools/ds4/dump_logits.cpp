@@ -10,6 +10,7 @@
 #include "compute/backends.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "ds4/engine.h"
 #include "gguf/gguf.h"
 #include "model/deepseek4/model.h"
 #include "stream/device_tier.h"
@@ -37,6 +38,7 @@ void run_dump_logits(const Ds4Options& opts) {
   using clock = std::chrono::steady_clock;
   model::deepseek4::Options mo;
   mo.act_quant_sim = opts.act_quant_sim;
+  mo.max_batch = opts.batch > 0 ? opts.batch : default_max_batch(opts.backend);  // as the engine does
   auto t0 = clock::now();
   gguf::File file = gguf::File::open(opts.model_path);
   stream::StreamingRequest sr;
@@ -118,8 +120,8 @@ void run_dump_logits(const Ds4Options& opts) {
   if (opts.verbose) {
     double load_s = std::chrono::duration<double>(t1 - t0).count();
     double eval_s = std::chrono::duration<double>(t2 - t1).count();
-    fmt::print(stderr, "load {:.3f} s; {} tokens ({}) in {:.3f} s = {:.1f} tokens/s, {} threads\n", load_s,
-               opts.tokens.size(), opts.incremental ? "incremental" : "prefill", eval_s,
+    fmt::print(stderr, "load {:.3f} s; {} tokens ({}, chunks of {}) in {:.3f} s = {:.1f} tokens/s, {} threads\n", load_s,
+               opts.tokens.size(), opts.incremental ? "incremental" : "prefill", mo.max_batch, eval_s,
                static_cast<double>(opts.tokens.size()) / eval_s, pool.size());
   }
 }

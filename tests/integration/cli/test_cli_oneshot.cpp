@@ -110,12 +110,29 @@ TEST(CliOneShot, SeededSamplingRepeatsAndSeedsDiffer) {
   EXPECT_NE(r1.out, r3.out);
 }
 
+// -b/--batch-size splits the logits dump's prefill into chunks; the ops compute each row the
+// same in any batch, so the logits are identical bit for bit to one 512-token chunk.
+TEST(CliOneShot, BatchSizeChunksThePrefillWithoutChangingTheLogits) {
+  std::string ids;
+  for (int i = 0; i < 40; ++i) ids += (ids.empty() ? "" : ",") + std::to_string(1 + (i * 37) % 250);
+  const std::string whole = scratch().path("b_whole.f32"), chunked = scratch().path("b_7.f32");
+  auto r = run_ds4(model_arg() + " --verbose --tokens " + ids + " --dump-logits " + whole);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("(prefill, chunks of 512)"), std::string::npos) << r.err;
+  r = run_ds4(model_arg() + " -b 7 --verbose --tokens " + ids + " --dump-logits " + chunked);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("(prefill, chunks of 7)"), std::string::npos) << r.err;
+  const std::string a = read_file(whole), b = read_file(chunked);
+  ASSERT_EQ(a.size(), 40u * 264 * sizeof(float));
+  EXPECT_TRUE(a == b);
+}
+
 TEST(CliOneShot, HelpListsEveryFlag) {
   const auto r = run_ds4("--help");
   ASSERT_EQ(r.rc, 0);
   for (const char* f : {"-m,--model", "-p,--prompt", "--prompt-file", "-n ", "--ctx", "--temp", "--top-k", "--top-p",
                         "--min-p", "--seed", "--nothink", "--think ", "--think-max", "--system", "--raw", "--backend",
-                        "--threads", "--dump-tokens", "--dump-logprobs", "--logprobs-top-k", "--dump-logits",
+                        "--threads", "--batch-size", "--dump-tokens", "--dump-logprobs", "--logprobs-top-k", "--dump-logits",
                         "--tokens", "--trace", "--ignore-eos", "--act-quant-sim", "--incremental", "--verbose"})
     EXPECT_NE(r.out.find(f), std::string::npos) << f;
 }
