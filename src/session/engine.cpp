@@ -67,6 +67,21 @@ uint64_t model_identity_hash(const gguf::File& file) {
   return out;
 }
 
+stream::StreamingRequest streaming_request(const EngineOptions& o) {
+  stream::StreamingRequest sr;
+  sr.enable = o.ssd_streaming;
+  sr.cache_host = o.expert_cache_host;
+  sr.policy = o.expert_cache_policy;
+  sr.io = o.expert_io;
+  sr.record_reads = o.expert_record_reads;
+  sr.prefetch_hash = o.expert_prefetch_hash;
+  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
+  sr.protect = o.expert_protect;
+  sr.packed_path = o.packed_experts;
+  sr.trace_path = o.trace_routing;
+  return sr;
+}
+
 }  // namespace session
 
 namespace {
@@ -215,9 +230,7 @@ void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOpti
 // The residency plan, then the expert provider when it streams (or a routing trace or freed
 // experts ask for one): sets impl.experts and the plan's lines. Any model family.
 void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& dims, const EngineOptions& o) {
-  stream::StreamingRequest sr;
-  sr.enable = o.ssd_streaming;
-  sr.cache_host = o.expert_cache_host;
+  stream::StreamingRequest sr = session::streaming_request(o);
   plan_residency(file, dims, o, impl.plan, sr);
   // Checked on every backend (a typo fails the same everywhere); it applies to device backends,
   // whose gpu tier misses experts: the CPU backend computes every expert where it sits.
@@ -232,14 +245,6 @@ void open_streaming(Engine::Impl& impl, const gguf::File& file, const PlanDims& 
     compute_plan = stream::plan_expert_compute(cr);
     sr.host_compute = compute_plan->host_compute;
   }
-  sr.policy = o.expert_cache_policy;
-  sr.io = o.expert_io;
-  sr.record_reads = o.expert_record_reads;
-  sr.prefetch_hash = o.expert_prefetch_hash;
-  sr.prefetch_lookahead = o.expert_prefetch_lookahead;
-  sr.protect = o.expert_protect;
-  sr.packed_path = o.packed_experts;
-  sr.trace_path = o.trace_routing;
   stream::StreamingSetup ss = stream::setup_streaming(file, sr);
   if (!o.expert_cache_gpu.empty()) {
     if (!compute::backend_is_shared(o.backend))

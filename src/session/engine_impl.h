@@ -13,6 +13,7 @@
 #include "session/analysis.h"
 #include "session/steering.h"
 #include "stream/provider.h"
+#include "stream/setup.h"
 #include "stream/synthetic_routing.h"
 
 namespace ds4 {
@@ -54,6 +55,10 @@ namespace session {
 // kTensorSampleBytes bytes (the whole tensor when shorter; head and tail never overlap).
 inline constexpr uint64_t kTensorSampleBytes = 4096;
 uint64_t model_identity_hash(const gguf::File& file);
+// The streaming request as the options give it (--ssd-streaming, the budgets, policy, I/O,
+// prefetch switches, packed file, trace), before the residency plan adjusts it: one mapping for
+// Engine::open and the ds4 tool's logits dump, which builds its model without an engine.
+stream::StreamingRequest streaming_request(const EngineOptions& o);
 }  // namespace session
 
 }  // namespace ds4

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "ds4/engine.h"
+#include "session/engine_impl.h"
 #include "gguf/gguf.h"
 #include "model/deepseek4/model.h"
 #include "stream/device_tier.h"
@@ -41,19 +42,10 @@ void run_dump_logits(const Ds4Options& opts) {
   mo.max_batch = opts.batch > 0 ? opts.batch : default_max_batch(opts.backend);  // as the engine does
   auto t0 = clock::now();
   gguf::File file = gguf::File::open(opts.model_path);
-  stream::StreamingRequest sr;
   const ExpertFlags& x = opts.experts;
-  sr.enable = x.ssd_streaming;
-  sr.cache_host = x.cache_host;
-  sr.policy = x.cache_policy;
-  sr.io = x.io;
-  sr.record_reads = x.record_reads;
-  sr.prefetch_hash = !x.no_prefetch_hash;
-  sr.prefetch_lookahead = !x.no_prefetch_lookahead;
-  sr.protect = !x.no_expert_protect;
-  sr.packed_path = x.packed;
-  sr.trace_path = x.trace;
-  stream::StreamingSetup ss = stream::setup_streaming(file, sr);  // outlives the model
+  EngineOptions eo;
+  x.apply(eo);
+  stream::StreamingSetup ss = stream::setup_streaming(file, session::streaming_request(eo));  // outlives the model
   if (!ss.describe.empty()) fmt::print(stderr, "{}\n", ss.describe);
   if (!x.cache_gpu.empty() && !ss.provider)
     fail("--expert-cache-gpu {}: the gpu tier applies when the routed experts stream (--ssd-streaming)", x.cache_gpu);
