@@ -120,6 +120,28 @@ struct EngineOptions {
 // (6 of 256 experts per token); 512 on the CPU (its default before there was a GPU backend).
 int64_t default_max_batch(const std::string& backend);
 
+// Floating-point work counted from the shapes (not measured), for the FLOP rates ds4-bench
+// prints: 2 FLOP per weight element a token multiplies, per key dimension a query scores and
+// per value dimension it sums.
+struct FlopCount {
+  // Every weight matrix whole and the routed experts k of n; the tables read by row (token
+  // embedding, hash-routing ids, compressor position biases) and the output head excluded.
+  double matrix_per_token = 0;
+  double head = 0;  // the output head, per token that gets logits
+  // deepseek4's attention (no ratios: not counted, as for qwen35moe): per layer 0 (window only)
+  // or the compress ratio, and the shapes the rows are scored and summed at.
+  std::vector<int32_t> ratios;
+  int64_t n_head = 0, head_dim = 0, window = 0, indexer_heads = 0, indexer_dim = 0, indexer_top_k = 0;
+  bool attention_counted() const { return !ratios.empty(); }
+  // The query at 0-based position pos, every layer: scores and weighted sums over the raw window
+  // and the compressed rows it sees (all of them, or the indexer's top-k), and the indexer's
+  // scores where it selects. Pooling, norms and softmax are not counted.
+  double attention(int64_t pos) const;
+  // n prompt tokens from position first: matrices and attention per token, and the head once
+  // (a prefill computes the last token's logits only).
+  double prompt(int64_t first, int64_t n) const;
+};
+
 // Memory needed to run, from the file's tensor table and the hyperparameters (not measured).
 struct MemoryPlan {
   uint64_t file_bytes = 0;       // size of the GGUF file (mapped read-only, shared, paged on demand)
@@ -128,6 +150,7 @@ struct MemoryPlan {
   // k used of each layer's experts) and the tables read by row (the token embedding, hash
   // routing's token-to-expert ids: one row each). Decode t/s times this is the weight bandwidth.
   uint64_t decode_bytes_per_token = 0;
+  FlopCount flops;
   int64_t n_ctx = 0;             // context the state figures are for
   uint64_t state_fixed_bytes = 0;      // per session, independent of position: sliding windows,
                                        // compressor partial windows, logits

@@ -4,7 +4,8 @@
 #   1. the device copy rate and the one-row GEMV/MoE check (cuda_gemv_check --types $GEMV_TYPES,
 #      default flash-moe: the Flash MoE op, checked and timed); BACKEND_CHECK=1: every backend op
 #      vs the CPU (cuda_backend_check); FGEMM_CHECK=1: cuda_fgemm_tc_check; MMA_CHECK=1:
-#      cuda_mma_check (tensor-core Q8_0 and MoE products, and the one-slot order);
+#      cuda_mma_check (tensor-core Q8_0 and MoE products, and the one-slot order); the dense bf16
+#      matrix rate (bf16_rate.py: cuBLAS through PyTorch; SKIP_BF16=1 skips it);
 #   2. decode at 2K on 43 layers, variants alternated (VARIANTS, as ab_decode.sh), REPS times
 #      (SKIP_AB=1: no file, no A/B);
 #   3. PREFILL_VARIANTS: prefill A/B over PREFILL_CTX tokens (default 8K, batch 2048);
@@ -12,7 +13,9 @@
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity; SKIP_PARITY=1), and with
 #      PARITY_ENV="ENV=VAL,..." the quantized parity cases again with those settings;
 #   5. decode at 16K and 64K (CTXS; CTXS="" skips) with the default switches;
-#   6. PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill;
+#   6. PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill, and its shares of GEMMs,
+#      attention and the rest (each prefill variant's summary line has its FLOP rate: ds4-bench
+#      counts the work from the shapes);
 #   7. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph; SKIP_PROFILE=1).
 # Needs .devrun (make cuda; scripts/device/pack_lean.sh build-cuda ..., carried as .devpack and
 # unpacked first: docs/TESTING.md). Logs under $OUT.
@@ -36,6 +39,12 @@ if [ "${SKIP_GEMV:-0}" != 1 ]; then
   timeout 150 "$B/cuda_gemv_check" --types ${GEMV_TYPES:-flash-moe} > "$OUT/gemv.log" 2>&1; rc=$?
   summary+=("gemv check rc=$rc: $(grep -cE 'FAIL' "$OUT/gemv.log") FAIL lines; $(grep -E 'cases' "$OUT/gemv.log" | tail -1)")
   summary+=("$(grep 'cudaMemcpy D2D' "$OUT/gemv.log" | sed 's/  */ /g')")
+fi
+# The dense bf16 matrix rate (cuBLAS via PyTorch), which the prefill's TFLOP/s lines are set
+# against (issue 13); SKIP_BF16=1 skips it.
+if [ "${SKIP_BF16:-0}" != 1 ]; then
+  timeout 90 python3 "$DR/bf16_rate.py" > "$OUT/bf16.log" 2>&1
+  summary+=("$(tail -1 "$OUT/bf16.log")")
 fi
 if [ "${BACKEND_CHECK:-0}" = 1 ]; then
   timeout 200 "$B/cuda_backend_check" > "$OUT/backend_check.log" 2>&1; rc=$?
@@ -70,6 +79,10 @@ if [ -n "${PREFILL_VARIANTS:-}" ] && [ -f $F ]; then
   echo "== prefill ${PREFILL_CTX:-8192} (t=$(el))"
   FILE=$F LAYERS=$L CTX=${PREFILL_CTX:-8192} GEN_TOKENS=4 BATCH=2048 REPS=${PREFILL_REPS:-1} VARIANTS="$PREFILL_VARIANTS" \
     DS4_ROOT=$ROOT timeout 240 bash "$DR/ab_decode.sh" | tee "$OUT/prefill_ab.txt"
+  # ds4-bench's FLOP line per variant: the work counted from the shapes over the whole prompt.
+  for v in $PREFILL_VARIANTS; do
+    summary+=("${v%%:*}: $(grep -h 'TFLOP/s' "/tmp/ab_${v%%:*}.log" 2>/dev/null | tail -1 | sed 's/^ds4-bench: //')")
+  done
 fi
 
 
@@ -110,6 +123,15 @@ if left && [ -f $F ] && [ -n "${PREFILL_PROFILE:-}" ]; then
     DS4_CUDA_PROFILE=1 timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start ${PREFILL_CTX:-8192} \
       --ctx-max ${PREFILL_CTX:-8192} --gen-tokens 1 --batch 2048 > "$OUT/prefill_profile.log" 2>&1 )
   grep -A${PROFILE_LINES:-30} -E '^  op ' "$OUT/prefill_profile.log"
+  # Shares of the GPU time: weight products (GEMMs), attention (its rows, scores, indexer,
+  # compressor, top-k, rounding), and the rest (hyper-connections, norms, routing glue, copies).
+  summary+=("prefill time by kind: $(awk '/^  op /{on=1; next} on && !/^  / {on=0} on && NF >= 5 {
+      ms = $(NF-2); name = $0; t += ms
+      if (name ~ /matmul|moe_experts|moe_router/) g += ms
+      else if (name ~ /attention|indexer|compressor|top_k|store_row|attn_qkv|rope|act_round/) a += ms
+      else r += ms }
+    END { if (t > 0) printf "GEMMs %.0f ms (%.1f%%), attention %.0f ms (%.1f%%), rest %.0f ms (%.1f%%)", g, 100*g/t, a, 100*a/t, r, 100*r/t }' \
+    "$OUT/prefill_profile.log")")
 fi
 
 if left && [ -f $F ] && [ "${SKIP_PROFILE:-0}" != 1 ]; then

@@ -15,5 +15,5 @@ for b in ds4 ds4-gguf ds4-bench ds4-server test_cuda_parity test_cuda_stream cud
 done
 . scripts/device/devrun_libs.sh
 devrun_libs .devrun
-cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/stream_evidence.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh scripts/device/decode_ab.sh scripts/device/decode_bar.sh .devrun/
+cp scripts/device/cuda_suite.sh scripts/device/stream_gpu.sh scripts/device/stream_evidence.sh scripts/device/ncu_step.sh scripts/device/ab_decode.sh scripts/device/ncu_kernels.sh scripts/device/toggles.sh scripts/device/cuda_formats.sh scripts/device/prefill_mma.sh scripts/device/prefill_chunk.sh scripts/device/ncu_sass.sh scripts/device/decode_ab.sh scripts/device/decode_bar.sh scripts/device/bf16_rate.py .devrun/
 du -sh .devrun; ls .devrun/bin .devrun/lib

@@ -26,6 +26,6 @@ rm -rf .devrun .devpack && mkdir -p .devrun/bin .devrun/lib .devpack
 for b in "${progs[@]}"; do cp "$build/bin/$b" .devrun/bin/ && strip --strip-all ".devrun/bin/$b"; done
 . scripts/device/devrun_libs.sh
 devrun_libs .devrun
-cp scripts/device/*.sh .devrun/
+cp scripts/device/*.sh scripts/device/*.py .devrun/
 XZ_OPT=-9 tar cJf .devpack/dr.tar.xz .devrun
 ls -la .devpack/dr.tar.xz

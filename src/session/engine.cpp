@@ -91,7 +91,8 @@ constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_l
 // The plan's weight figures, alike for every family. decode_bytes_per_token: all the weights,
 // less the routed experts a token skips (all but k of each layer's, from the tensor's expert
 // dimension: a pruned layer has fewer) and all but one row of the tables read by row (the
-// token embedding, hash routing's tid2eid).
+// token embedding, hash routing's tid2eid). flops: 2 per element of every matrix a token
+// multiplies (FlopCount::matrix_per_token), the output head apart.
 MemoryPlan weight_plan(const gguf::File& f, int64_t n_layer, int64_t k) {
   MemoryPlan p;
   p.file_bytes = f.file_size();
@@ -99,8 +100,14 @@ MemoryPlan weight_plan(const gguf::File& f, int64_t n_layer, int64_t k) {
   for (const auto& t : f.tensors()) {
     p.weights_bytes += t.n_bytes;
     const double rows = t.ne.empty() ? 1.0 : static_cast<double>(t.ne.back());
-    if (t.name == "token_embd.weight" || t.name.find("tid2eid") != std::string::npos)
-      skipped += static_cast<double>(t.n_bytes) * (1.0 - 1.0 / rows);
+    const bool by_row = t.name == "token_embd.weight" || t.name.find("tid2eid") != std::string::npos;
+    if (by_row) skipped += static_cast<double>(t.n_bytes) * (1.0 - 1.0 / rows);
+    // Matrices: two or more dimensions, not a table read by row (the compressors' position
+    // biases are added a row at a time too); a 3-D expert tensor counts k of its experts.
+    if (t.ne.size() < 2 || by_row || t.name.find("_ape.") != std::string::npos) continue;
+    double elems = static_cast<double>(t.ne[0]) * static_cast<double>(t.ne[1]);
+    if (t.ne.size() == 3) elems *= static_cast<double>(std::min<int64_t>(k, static_cast<int64_t>(t.ne[2])));
+    (t.name == "output.weight" ? p.flops.head : p.flops.matrix_per_token) += 2.0 * elems;
   }
   for (int64_t il = 0; il < n_layer; ++il)
     for (int c = 0; c < 3; ++c) {
@@ -115,6 +122,10 @@ MemoryPlan weight_plan(const gguf::File& f, int64_t n_layer, int64_t k) {
 
 MemoryPlan make_plan(const gguf::File& f, const model::deepseek4::HParams& hp, int64_t n_ctx) {
   MemoryPlan p = weight_plan(f, hp.n_layer, hp.n_expert_used);
+  FlopCount& fc = p.flops;
+  for (int64_t il = 0; il < hp.n_layer; ++il) fc.ratios.push_back(static_cast<int32_t>(hp.ratio(il)));
+  fc.n_head = hp.n_head, fc.head_dim = hp.head_dim, fc.window = hp.sliding_window;
+  fc.indexer_heads = hp.indexer_n_head, fc.indexer_dim = hp.indexer_head_dim, fc.indexer_top_k = hp.indexer_top_k;
   p.n_ctx = n_ctx;
   uint64_t fixed = static_cast<uint64_t>(hp.n_vocab);  // logits
   // Growth per token in float units times R (so per-layer 1/R shares add up exactly).

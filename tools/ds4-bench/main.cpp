@@ -172,6 +172,17 @@ int main(int argc, char** argv) {
       const double gen_tps = gen_s > 0 ? static_cast<double>(generated) / gen_s : 0.0;
       row(fmt::format("{},{},{:.2f},{},{:.2f},{}\n", frontier, n, static_cast<double>(n) / prefill_s, generated,
                       gen_tps, kv));
+      // The FLOP rate the prefill reached, the work counted from the shapes (FlopCount): to set
+      // against the device's measured matrix rate (decode_bar.sh measures bf16 in the same call).
+      if (const ds4::FlopCount& fc = plan.flops; fc.attention_counted() && n > 0 && prefill_s > 0) {
+        const double all = fc.prompt(frontier - n, n), per = all / static_cast<double>(n);
+        const double attention = per - fc.matrix_per_token - fc.head / static_cast<double>(n);
+        fmt::print(stderr,
+                   "ds4-bench: ctx {} prefill {:.2f} GFLOP per token counted from the shapes (matrices {:.2f}, "
+                   "attention {:.2f}, head once): {:.2f} TFLOP/s at {:.2f} t/s\n",
+                   frontier, per / 1e9, fc.matrix_per_token / 1e9, attention / 1e9, all / prefill_s / 1e12,
+                   static_cast<double>(n) / prefill_s);
+      }
       // The weight bandwidth decode reached (the plan's bytes per token; the KV rows it also reads
       // are in kv_bytes): to set against --mem-copy's figure or the device's copy rate.
       if (generated > 0)

@@ -45,6 +45,32 @@ TEST(Engine, ErrorsNameTheProblem) {
   }
 }
 
+// The FLOP count by hand from the synthetic model's shapes (chat_model.h, SynthConfig defaults:
+// d 64, 4 heads of 64, q rank 32, 2 output groups of rank 32, 4 hyper-connection streams, experts
+// 2 of 8 of width 32, one shared expert, indexer 4 heads of 32 with top-k 4, window 8, ratios
+// 0/4/8/4, vocab 264), not from the tensor table the plan walks.
+TEST(Engine, FlopCountFollowsTheShapes) {
+  auto e = open_engine();
+  const FlopCount& f = e->memory_plan().flops;
+  const double hc = 2 * (4 * 64) * 24;                    // hc_attn_fn, hc_ffn_fn: [4 d, (2 + 4) 4]
+  const double attn = 64 * 32 + 32 * 256 + 64 * 64 + 128 * 64 + 64 * 64;  // q_a, q_b, kv, out_a, out_b
+  const double ffn = 64 * 8 + 2 * 3 * 64 * 32 + 3 * 64 * 32;  // router, 2 experts, the shared one
+  const double layer = hc + attn + ffn;
+  const double csa = 2 * 64 * 128 + (32 * 128 + 64 * 4 + 2 * 64 * 64);  // compressor (2 lanes), indexer
+  const double hca = 2 * 64 * 64;                                       // compressor (1 lane)
+  const double matrices = 4 * layer + 2 * csa + hca + (4 * 64) * 4;     // + output_hc_fn
+  EXPECT_DOUBLE_EQ(f.matrix_per_token, 2 * matrices);
+  EXPECT_DOUBLE_EQ(f.head, 2.0 * 64 * 264);
+  ASSERT_TRUE(f.attention_counted());
+  const double row = 4.0 * 4 * 64;  // a score and a weighted sum for each of 4 heads of 64
+  EXPECT_DOUBLE_EQ(f.attention(2), 4 * 3 * row);  // 3 window rows in each layer, nothing compressed yet
+  // pos 15: 8 window rows each; CSA 4 rows (= top-k: no indexer), HCA 2.
+  EXPECT_DOUBLE_EQ(f.attention(15), (8 + 12 + 10 + 12) * row);
+  // pos 63: CSA has 16 rows, keeps top-k 4 and scores all 16 (4 indexer heads of 32); HCA 8.
+  EXPECT_DOUBLE_EQ(f.attention(63), (8 + 12 + 16 + 12) * row + 2 * (2.0 * 4 * 32 * 16));
+  EXPECT_DOUBLE_EQ(f.prompt(14, 2), 2 * f.matrix_per_token + f.attention(14) + f.attention(15) + f.head);
+}
+
 // max_batch 0 is the backend's default, which options() reports; a negative one is an error.
 TEST(Engine, MaxBatchZeroIsTheBackendsDefault) {
   EXPECT_EQ(default_max_batch("cpu"), 512);
