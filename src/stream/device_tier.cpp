@@ -1,5 +1,8 @@
 #include "stream/device_tier.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "compute/backend.h"
 #include "core/error.h"
 
@@ -36,6 +39,8 @@ DeviceTier::DeviceTier(std::unique_ptr<DeviceSlots> dev, size_t n_ids, uint64_t 
                        PolicyKind policy, int decay_tokens, int recent_tokens)
     : dev_(std::move(dev)), entries_(n_ids), policy_(policy, n_ids, decay_tokens, recent_tokens) {
   if (!dev_) fail("internal: device expert cache without device memory");
+  const char* env = std::getenv("DS4_EXPERT_GPU_ADMIT");
+  admit_ = policy == PolicyKind::Hot && !(env && std::strcmp(env, "0") == 0);
   if (n_slots < 1 || slot_bytes == 0) fail("internal: device expert cache of {} slots of {} bytes", n_slots, slot_bytes);
   // 256-byte slot starts keep each view's alignment that of its host slot (4 KiB-aligned
   // buffers, component offsets inside them): the kernels' vector loads see the same addresses mod 256.
@@ -55,37 +60,55 @@ DeviceTier::~DeviceTier() {
   dev_->release(arena_);
 }
 
+uint32_t DeviceTier::best_victim(bool transient, uint64_t serial) const {
+  // Linear scan, as the host tier's: a few thousand slots per miss is cheap next to a copy.
+  uint32_t victim = kFree;
+  bool victim_now = true;
+  for (uint32_t o : owner_) {
+    if (o == kFree) continue;
+    const Entry& e = entries_[o];
+    if (e.pins > 0 || e.transient != transient) continue;
+    const bool now = e.serial == serial;  // selected by this layer (and computed already)
+    if (victim == kFree || (victim_now && !now) || (now == victim_now && policy_.before(o, victim))) {
+      victim = o;
+      victim_now = now;
+    }
+  }
+  return victim;
+}
+
 bool DeviceTier::install(uint32_t id, const uint8_t* host, uint64_t bytes, uint64_t serial) {
   Entry& en = entries_[id];
   if (bytes > stride_) fail("internal: device expert cache: {} bytes do not fit a slot of {}", bytes, stride_);
   if (en.slot >= 0) fail("internal: device expert cache: entry {} installed twice", id);
-  bool evicted = false;
+  bool evicted = false, transient = false;
   int32_t slot = -1;
   if (!free_.empty()) {
     slot = free_.back();
     free_.pop_back();
   } else {
-    // Linear scan, as the host tier's: a few thousand slots per miss is cheap next to a copy.
     uint32_t victim = kFree;
-    bool victim_now = true;
-    for (uint32_t o : owner_) {
-      const Entry& e = entries_[o];
-      if (e.pins > 0) continue;
-      const bool now = e.serial == serial;  // selected by this layer (and computed already)
-      if (victim == kFree || (victim_now && !now) || (now == victim_now && policy_.before(o, victim))) {
-        victim = o;
-        victim_now = now;
-      }
+    if (!admit_) {
+      victim = best_victim(false, serial);
+    } else {
+      const uint32_t cold = best_victim(false, serial), spare = best_victim(true, serial);
+      // Admitted: strictly hotter (decayed count) than the coldest cached expert it displaces.
+      const bool admitted = cold != kFree && policy_.key(id) > policy_.key(cold);
+      transient = !admitted;
+      victim = admitted ? cold : (spare != kFree ? spare : cold);
     }
     if (victim == kFree)
       fail("device expert cache: every one of its {} slots is in use by the layer being computed", owner_.size());
     slot = entries_[victim].slot;
     entries_[victim].slot = -1;
+    entries_[victim].transient = false;
     used_.fetch_sub(1, std::memory_order_relaxed);
     evicted = true;
   }
+  if (transient) transient_installs_.fetch_add(1, std::memory_order_relaxed);
   owner_[static_cast<size_t>(slot)] = id;
   en.slot = slot;
+  en.transient = transient;
   en.pins = 1;
   en.serial = serial;
   used_.fetch_add(1, std::memory_order_relaxed);

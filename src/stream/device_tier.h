@@ -10,6 +10,14 @@
 // compute::Backend with device memory (the CUDA backend); a test can implement it over host
 // memory to check the protocol on a machine without a GPU.
 //
+// Admission (hot policy): once the tier is full, an expert displaces the coldest cached one only
+// when its decayed selection count is higher; otherwise it is copied in as transient, in a slot
+// that goes before any cached one (a transient slot is reused while the cached set stays). So
+// the tier settles on the hottest experts instead of turning over with every miss, and the host
+// tier (provider.h) evicts its copies of the tier's cached experts first: the two tiers hold
+// mostly different experts. The LRU policy admits every expert (the plain baseline), as does
+// DS4_EXPERT_GPU_ADMIT=0.
+//
 // Why copies are safe without more synchronization: the backend runs copies and ops in order on
 // one stream, so a copy into a slot queued after the op that read the slot's previous expert
 // runs after it. The one hazard is on the host side: the host slot a copy reads from must not be
@@ -60,6 +68,10 @@ class DeviceTier {
 
   DeviceSlots& slots() { return *dev_; }
   bool resident(uint32_t id) const { return entries_[id].slot >= 0; }
+  // Resident and admitted (not transient): the host tier need not keep a copy.
+  bool cached(uint32_t id) const { return entries_[id].slot >= 0 && !entries_[id].transient; }
+  bool admission() const { return admit_; }
+  uint64_t transient_installs() const { return transient_installs_.load(std::memory_order_relaxed); }
   // Device address of component bytes at `offset` inside id's slot (resident only).
   const uint8_t* data(uint32_t id, uint64_t offset) const {
     return arena_ + static_cast<uint64_t>(entries_[id].slot) * stride_ + offset;
@@ -78,8 +90,9 @@ class DeviceTier {
   }
   // Copies `bytes` of host memory (pinned, unchanged until a later fence passes) into a slot for
   // id, evicting the best victim: unpinned, not selected by lease `serial` if any other can go,
-  // then by the policy. The entry is resident (and pinned) on return; the copy is queued.
-  // Returns whether an expert was evicted for it.
+  // then by the policy (with admission: transient entries first, and a cached one only for a
+  // hotter expert or when no transient can go). The entry is resident (and pinned) on return;
+  // the copy is queued. Returns whether an expert was evicted for it.
   bool install(uint32_t id, const uint8_t* host, uint64_t bytes, uint64_t serial);
 
   int64_t n_slots() const { return static_cast<int64_t>(owner_.size()); }
@@ -94,7 +107,10 @@ class DeviceTier {
     int32_t slot = -1;
     int pins = 0;
     uint64_t serial = 0;  // the last lease that selected it
+    bool transient = false;  // installed without admission: the first to go
   };
+  // The best unpinned victim among transient (or cached) entries; UINT32_MAX when none.
+  uint32_t best_victim(bool transient, uint64_t serial) const;
   std::unique_ptr<DeviceSlots> dev_;
   uint8_t* arena_ = nullptr;
   uint64_t stride_ = 0;
@@ -103,7 +119,9 @@ class DeviceTier {
   std::vector<int32_t> free_;    // free slots
   EvictionPolicy policy_;
   uint64_t serial_ = 0;
+  bool admit_ = false;  // admission (header comment)
   std::atomic<int64_t> used_{0};  // read by stats() from any thread
+  std::atomic<uint64_t> transient_installs_{0};
 };
 
 }  // namespace ds4::stream

@@ -71,10 +71,11 @@ std::string ProviderStats::describe() const {
                    budget_bytes / 1048576.0, tokens);
   if (gpu_slots > 0) {
     s += fmt::format(
-        "gpu tier: {} hits, {} misses ({:.2f}% hits), {} evictions; {} of {} slots of {:.2f} MiB in use "
+        "gpu tier: {} hits, {} misses ({:.2f}% hits), {} evictions{}; {} of {} slots of {:.2f} MiB in use "
         "(the host cache above counts the gpu tier's misses only)\n"
         "gpu copies: {} host-to-device, {:.1f} MiB ({:.2f} MiB/token){}\n",
-        gpu_hits, gpu_misses, 100.0 * gpu_hit_rate(), gpu_evictions, gpu_used, gpu_slots, gpu_slot_bytes / 1048576.0,
+        gpu_hits, gpu_misses, 100.0 * gpu_hit_rate(), gpu_evictions,
+        gpu_admission ? fmt::format(", {} copied in as transient (not admitted)", gpu_transient) : "", gpu_used, gpu_slots, gpu_slot_bytes / 1048576.0,
         h2d_copies, h2d_bytes / 1048576.0, tokens ? h2d_bytes / 1048576.0 / static_cast<double>(tokens) : 0.0,
         host_unpinned ? fmt::format(", {} host buffers not page-locked (slower copies)", host_unpinned) : "");
   }
@@ -365,12 +366,20 @@ void ExpertProvider::unpin(uint32_t id) {
 }
 
 bool ExpertProvider::evict_one(bool allow_protected) {
+  // With the gpu tier's admission, the experts it holds cached go first: the tiers then hold
+  // mostly different experts (device_tier.h).
+  const bool exclusive = dev_ && dev_->admission();
   uint32_t victim = kNone;
+  bool victim_dup = false;
   for (uint32_t id : resident_) {
     const Entry& en = entries_[id];
     if (en.st != Entry::Ready || en.pins > 0) continue;
     if (!allow_protected && opt_.protect && en.protect_until > tokens_) continue;
-    if (victim == kNone || policy_->before(id, victim)) victim = id;
+    const bool dup = exclusive && dev_->cached(id);
+    if (victim == kNone || (dup && !victim_dup) || (dup == victim_dup && policy_->before(id, victim))) {
+      victim = id;
+      victim_dup = dup;
+    }
   }
   if (victim == kNone) return false;
   Entry& en = entries_[victim];
@@ -714,6 +723,8 @@ ProviderStats ExpertProvider::stats() const {
     s.gpu_slots = d->n_slots();
     s.gpu_used = d->used();
     s.gpu_slot_bytes = d->slot_bytes();
+    s.gpu_admission = d->admission();
+    s.gpu_transient = d->transient_installs();
   }
   return s;
 }

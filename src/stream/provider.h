@@ -134,6 +134,8 @@ struct ProviderStats {
   int64_t gpu_slots = 0, gpu_used = 0;
   uint64_t gpu_slot_bytes = 0;
   uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0;
+  bool gpu_admission = false;   // DeviceTier admission (hot policy)
+  uint64_t gpu_transient = 0;   // experts it copied in as transient (not admitted)
   uint64_t h2d_copies = 0, h2d_bytes = 0;  // host-to-device copies into device slots
   uint64_t host_unpinned = 0;               // host buffers the backend could not page-lock
   // host_compute: experts handed out as host views (computed where they sit), and their bytes.

@@ -85,6 +85,11 @@ TEST(StreamDeviceTier, ViewsAreDeviceCopiesOfTheFileBytes) {
       if (dev_slots >= 5) {
         EXPECT_GT(st.gpu_hits, 0u);
       }
+      // The default (hot) policy admits: a full tier copies colder experts in as transient.
+      EXPECT_TRUE(st.gpu_admission);
+      if (dev_slots < ref.L.n_layer * E) {
+        EXPECT_GT(st.gpu_transient, 0u);
+      }
       EXPECT_GT(log.late_polls, 0u);
       EXPECT_EQ(log.unpinned_sources, 0u);
       EXPECT_NE(prov->stats().describe().find("gpu tier:"), std::string::npos);
@@ -94,6 +99,45 @@ TEST(StreamDeviceTier, ViewsAreDeviceCopiesOfTheFileBytes) {
       EXPECT_GT(log.pins_ever, 0);
     }
   }
+}
+
+// Admission (device_tier.h), on the tier itself: with the hot policy a full tier copies a
+// colder expert in as transient (reusing a transient slot, or turning the coldest cached one into
+// one when none exists) and lets a hotter one displace the coldest cached expert; with LRU
+// every expert is admitted and the least recent goes.
+TEST(StreamDeviceTier, HotTierAdmitsOnlyHotterExperts) {
+  SimLog log;
+  std::vector<uint8_t> host(4096, 7);
+  auto run = [&](PolicyKind kind) {
+    DeviceTier t(std::make_unique<SimSlots>(&log), 10, host.size(), 4, kind, 256, 2);
+    uint64_t now = 0;
+    auto use = [&](uint32_t id, int times) {
+      for (int i = 0; i < times; ++i) t.touch(id, ++now);
+      if (!t.resident(id)) t.install(id, host.data(), host.size(), t.begin_lease());
+      t.unpin(id);
+    };
+    for (uint32_t id : {0u, 1u, 2u}) use(id, 4);
+    use(3, 1);  // the fourth slot was free: cached
+    for (uint32_t id : {0u, 1u, 2u, 3u}) EXPECT_TRUE(t.cached(id)) << id;
+    use(5, 1);  // as cold as 3: not admitted; no transient slot yet, so 3's becomes one
+    use(6, 1);  // colder than 0-2: takes 5's transient slot
+    use(7, 6);  // hotter than any: displaces the coldest cached (0, 1, 2 tie: 0 least recent)
+    return std::vector<bool>{t.resident(0), t.cached(1), t.cached(2), t.resident(3), t.resident(5),
+                             t.resident(6) && !t.cached(6), t.cached(7), t.transient_installs() == 2, t.admission()};
+  };
+  EXPECT_EQ(run(PolicyKind::Hot), (std::vector<bool>{false, true, true, false, false, true, true, true, true}));
+  // LRU: 5 evicts 0, 6 evicts 1, 7 evicts 2; 3 (used after 0-2) stays; nothing transient.
+  DeviceTier lru(std::make_unique<SimSlots>(&log), 10, host.size(), 4, PolicyKind::Lru, 256, 2);
+  uint64_t now = 0;
+  for (uint32_t id : {0u, 1u, 2u, 3u, 5u, 6u, 7u}) {
+    lru.touch(id, ++now);
+    lru.install(id, host.data(), host.size(), lru.begin_lease());
+    lru.unpin(id);
+  }
+  for (uint32_t id : {3u, 5u, 6u, 7u}) EXPECT_TRUE(lru.cached(id)) << id;
+  for (uint32_t id : {0u, 1u, 2u}) EXPECT_FALSE(lru.resident(id)) << id;
+  EXPECT_FALSE(lru.admission());
+  EXPECT_EQ(lru.transient_installs(), 0u);
 }
 
 TEST(StreamDeviceTier, PlanFloorAndFit) {
