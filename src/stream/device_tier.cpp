@@ -92,8 +92,12 @@ bool DeviceTier::install(uint32_t id, const uint8_t* host, uint64_t bytes, uint6
       victim = best_victim(false, serial);
     } else {
       const uint32_t cold = best_victim(false, serial), spare = best_victim(true, serial);
-      // Admitted: strictly hotter (decayed count) than the coldest cached expert it displaces.
-      const bool admitted = cold != kFree && policy_.key(id) > policy_.key(cold);
+      // Admitted: more than twice as hot (decayed count; the key is its log2) as the coldest
+      // cached expert it displaces. Offline, Zipf routing at the consumer shares
+      // (StreamDeviceTier.AdmissionReadsFewerExpertsUnderZipfRouting), store reads against
+      // admitting every miss: 0.90 for any hotter expert, 0.76 at twice, 0.74 at four times,
+      // 0.72 for a tier that never replaces (no room left to follow a change of topic).
+      const bool admitted = cold != kFree && policy_.key(id) > policy_.key(cold) + 1.0;
       transient = !admitted;
       victim = admitted ? cold : (spare != kFree ? spare : cold);
     }
