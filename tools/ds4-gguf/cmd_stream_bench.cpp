@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -20,6 +21,7 @@
 #include "command.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "stream/device_tier.h"
 #include "stream/io.h"
 #include "stream/provider.h"
 #include "stream/replay.h"
@@ -28,6 +30,28 @@
 namespace {
 
 using namespace ds4::stream;
+
+// DeviceSlots over host memory, for --gpu-cache: the tier's bookkeeping (admission, eviction,
+// the host tier's exclusive eviction) on a machine without a GPU. Copies are memcpy and done at
+// once; only the cache figures mean what they would on a GPU, not the copy time.
+class HostMemorySlots final : public DeviceSlots {
+ public:
+  uint8_t* alloc(uint64_t bytes) override {
+    auto* p = static_cast<uint8_t*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256));
+    if (!p) throw ds4::Error(fmt::format("stream-bench --gpu-cache: cannot allocate {} bytes", bytes));
+    return p;
+  }
+  void release(uint8_t* p) override { std::free(p); }
+  bool pin_host(void*, uint64_t) override { return true; }
+  void unpin_host(void*) override {}
+  void upload(uint8_t* dst, const uint8_t* src, uint64_t bytes) override { std::memcpy(dst, src, bytes); }
+  uint64_t fence() override { return ++made_; }
+  bool done(uint64_t, bool) override { return true; }
+  uint64_t free_bytes() override { return 0; }
+
+ private:
+  uint64_t made_ = 0;
+};
 
 int usage() {
   std::fprintf(stderr,
@@ -42,6 +66,9 @@ int usage() {
                "  --record-reads     one read per expert (packed file) instead of one per component\n"
                "  --no-direct        buffered reads (page cache) instead of O_DIRECT\n"
                "  --packed FILE      packed expert file (default MODEL.gguf.experts if present; '-' = GGUF)\n"
+               "  --gpu-cache B      a gpu tier above the host cache, emulated in host memory (copies are\n"
+               "                     memcpy): N slots or P%% of the experts (default none); its admission\n"
+               "                     (hot policy) and the host tier's exclusive eviction run as on a GPU\n"
                "  --compute-us N     emulated compute per layer and token (sleep), for overlap (default 0)\n"
                "  --expert-us N      emulated compute per expert inside the lease, as host compute does\n"
                "                     (sleep after each expert handed out; default 0)\n"
@@ -116,7 +143,7 @@ int sweep(const ds4::gguf::File& f, const ProviderOptions& o, double gb, unsigne
 }
 
 int cmd_stream_bench(int argc, char** argv) {
-  std::string model, trace_path, cache = "28%", policy = "hot", prefetch = "all", io = "auto", packed;
+  std::string model, trace_path, cache = "28%", gpu_cache, policy = "hot", prefetch = "all", io = "auto", packed;
   bool record = false, direct = true;
   int64_t compute_us = 0, expert_us = 0, warmup = 32;
   double sweep_gb = 0;
@@ -132,6 +159,7 @@ int cmd_stream_bench(int argc, char** argv) {
     };
     try {
       if (a == "--cache") cache = value();
+      else if (a == "--gpu-cache") gpu_cache = value();
       else if (a == "--policy") policy = value();
       else if (a == "--prefetch") prefetch = value();
       else if (a == "--decay") decay = std::stoi(value());
@@ -198,6 +226,18 @@ int cmd_stream_bench(int argc, char** argv) {
     const bool hash = o.prefetch_hash;
     o.prefetch_hash = false;  // the bench sends the hash layers' experts itself (from the routing)
     auto prov = ExpertProvider::open(f, o);
+    if (!gpu_cache.empty()) {
+      int64_t slots = 0;
+      if (gpu_cache.back() == '%') {
+        slots = static_cast<int64_t>(std::stod(gpu_cache.substr(0, gpu_cache.size() - 1)) / 100.0 *
+                                     static_cast<double>(layout.n_layer * layout.n_expert));
+      } else {
+        const uint64_t b = parse_budget(gpu_cache, "--gpu-cache", &slots);
+        if (b > 0) slots = static_cast<int64_t>(b / prov->slot_bytes());
+      }
+      if (slots < 1) throw ds4::Error("stream-bench: --gpu-cache " + gpu_cache + " holds no expert");
+      prov->attach_device(std::make_unique<HostMemorySlots>(), slots);
+    }
     const int64_t k = static_cast<int64_t>(f.get_uint("deepseek4.expert_used_count").value_or(6));
     Trace t;
     if (!trace_path.empty()) {
@@ -287,6 +327,13 @@ int cmd_stream_bench(int argc, char** argv) {
       fmt::print("prefetch coverage {:.3f}, wasted per useful {:.3f}\n", useful + miss > 0 ? useful / (useful + miss) : 0.0,
                  useful > 0 ? wasted / useful : 0.0);
     }
+    if (s.gpu_slots > 0)
+      fmt::print("gpu tier (emulated in host memory): {} slots, hit {:.2f}%, {} evictions, {} copied in as transient{}\n",
+                 s.gpu_slots,
+                 100.0 * d(s.gpu_hits, at_start.gpu_hits) /
+                     std::max(1.0, d(s.gpu_hits + s.gpu_misses, at_start.gpu_hits + at_start.gpu_misses)),
+                 s.gpu_evictions - at_start.gpu_evictions, s.gpu_transient - at_start.gpu_transient,
+                 s.gpu_admission ? "" : " (admission off: every miss admitted)");
     std::string pl = "misses per token by layer:";
     for (uint64_t m : layer_miss) pl += fmt::format(" {:.1f}", static_cast<double>(m) / timed);
     fmt::print("{}\n", pl);

@@ -78,3 +78,22 @@ TEST(StreamCli, PackStreamRestoreReplay) {
   EXPECT_EQ(sh(gg + " replay-routing --trace /nonexistent").rc, 1);
   EXPECT_EQ(sh(gg + " pack-experts").rc, 2);
 }
+
+// `ds4-gguf stream-bench --gpu-cache`: a gpu tier emulated in host memory above the host cache,
+// with the hot policy's admission, or without it (DS4_EXPERT_GPU_ADMIT=0: every miss admitted,
+// nothing transient).
+TEST(StreamCli, StreamBenchEmulatesAGpuTier) {
+  const std::string m = ds4::test::tmp_file("cli_bench.gguf");
+  fs::copy_file(DS4_SOURCE_DIR "/models/ds4-demo.gguf", m, fs::copy_options::overwrite_existing);
+  fs::remove(m + ".experts");
+  const std::string gg = DS4_GGUF_BIN;
+  const std::string args = " stream-bench " + m + " --packed - --io pread --no-direct --cache 40% --gpu-cache 8 --tokens 48 --warmup 8";
+  Out on = sh(gg + args);
+  ASSERT_EQ(on.rc, 0) << on.text;
+  EXPECT_NE(on.text.find("gpu tier (emulated in host memory): 8 slots"), std::string::npos) << on.text;
+  EXPECT_EQ(on.text.find("admission off"), std::string::npos) << on.text;
+  Out off = sh("DS4_EXPERT_GPU_ADMIT=0 " + gg + args);
+  ASSERT_EQ(off.rc, 0) << off.text;
+  EXPECT_NE(off.text.find("0 copied in as transient (admission off"), std::string::npos) << off.text;
+  EXPECT_EQ(sh(gg + " stream-bench " + m + " --gpu-cache 0").rc, 1);
+}
