@@ -125,6 +125,8 @@ if left && [ -f $F ] && [ -n "${PREFILL_PROFILE:-}" ]; then
   grep -A${PROFILE_LINES:-30} -E '^  op ' "$OUT/prefill_profile.log"
   # Shares of the GPU time: weight products (GEMMs), attention (its rows, scores, indexer,
   # compressor, top-k, rounding), and the rest (hyper-connections, norms, routing glue, copies).
+  # hc_pre's mixes are products the FLOP line counts as matrices but sit in "rest" here; the
+  # table also holds the one generated token's ops.
   summary+=("prefill time by kind: $(awk '/^  op /{on=1; next} on && !/^  / {on=0} on && NF >= 5 {
       ms = $(NF-2); name = $0; t += ms
       if (name ~ /matmul|moe_experts|moe_router/) g += ms

@@ -168,7 +168,7 @@ bench() {  # group (budget name), name, then ds4-bench flags
     done
     set -- "${a[@]}"
   fi
-  local log="$OUT/bench_$(echo "$group $name" | tr -c 'a-zA-Z0-9' _).log" csv t0 pc rc to
+  local log="$OUT/bench_$(echo "$group $name${ROUND:+ r$ROUND}" | tr -c 'a-zA-Z0-9' _).log" csv t0 pc rc to
   csv=${log%.log}.csv
   if [ "$(left)" -lt 40 ]; then
     table+=("$(printf '%-37s skipped: deadline' "$group: $name")")
@@ -216,6 +216,7 @@ consumer_cpu="--ssd-streaming --expert-cache-gpu $(mib 16)MiB --expert-cache-hos
 if stage bench; then
   [ "${SKIP_RESIDENT:-0}" = 1 ] || bench resident resident
   for round in $(seq 1 "${ROUNDS:-1}"); do  # ROUNDS: the consumer rows again, alternated (each vs its round's plain)
+    [ "${ROUNDS:-1}" -gt 1 ] && ROUND=$round  # (each round's logs apart)
     # shellcheck disable=SC2086
     bench "gpu16+host32" plain $consumer $PLAIN
     # shellcheck disable=SC2086
@@ -226,6 +227,7 @@ if stage bench; then
     # shellcheck disable=SC2086
     [ "${ADMIT_AB:-0}" = 1 ] && DS4_EXPERT_GPU_ADMIT=0 bench "gpu16+host32" "all, admission off" $consumer
   done
+  ROUND=
   for h in ${HOSTS-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)
     # shellcheck disable=SC2086
     bench "host$h" plain --ssd-streaming --expert-cache-gpu $floor_gpu --expert-cache-host "$(mib $h)MiB" $PLAIN $COPY

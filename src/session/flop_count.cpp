@@ -14,7 +14,7 @@ double FlopCount::attention(int64_t pos) const {
     rows += static_cast<double>(std::min<int64_t>(window, pos + 1));
     if (r <= 0) continue;
     const int64_t n = (pos + 1) / r;  // compressed rows complete at pos
-    if (r == 4 && n > indexer_top_k) {
+    if (r == 4 && n > indexer_top_k) {  // ratio-4 layers carry the indexer (deepseek4/weights.cpp)
       rows += static_cast<double>(indexer_top_k);
       indexer += 2.0 * static_cast<double>(indexer_heads * indexer_dim) * static_cast<double>(n);
     } else {

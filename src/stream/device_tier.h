@@ -10,13 +10,14 @@
 // compute::Backend with device memory (the CUDA backend); a test can implement it over host
 // memory to check the protocol on a machine without a GPU.
 //
-// Admission (hot policy): once the tier is full, an expert displaces the coldest cached one only
-// when its decayed selection count is more than twice as high; otherwise it is copied in as
-// transient, in a slot that goes before any cached one (transient slots are reused while the
-// cached set stays). So the tier settles on the hottest experts instead of turning over with
-// every miss, and the host tier (provider.h) evicts its copies of the tier's cached experts
-// first: the two tiers hold mostly different experts. The LRU policy admits every expert (the plain baseline), as does
-// DS4_EXPERT_GPU_ADMIT=0.
+// Admission (hot policy): once the tier is full, an expert displaces the cached one the policy
+// would evict first (outside the recency segment and the layer being computed when it can: the
+// coldest there) only when its decayed selection count is more than twice as high; otherwise it
+// is copied in as transient, in a slot that goes before any cached one (transient slots are
+// reused while the cached set stays). So the tier settles on the hottest experts instead of
+// turning over with every miss, and the host tier (provider.h) evicts its copies of the tier's
+// cached experts first: the two tiers hold mostly different experts. The LRU policy admits
+// every expert (the plain baseline), as does DS4_EXPERT_GPU_ADMIT=0 (that exact value).
 //
 // Why copies are safe without more synchronization: the backend runs copies and ops in order on
 // one stream, so a copy into a slot queued after the op that read the slot's previous expert

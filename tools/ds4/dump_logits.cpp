@@ -112,8 +112,8 @@ void run_dump_logits(const Ds4Options& opts) {
   if (opts.verbose) {
     double load_s = std::chrono::duration<double>(t1 - t0).count();
     double eval_s = std::chrono::duration<double>(t2 - t1).count();
-    fmt::print(stderr, "load {:.3f} s; {} tokens ({}, chunks of {}) in {:.3f} s = {:.1f} tokens/s, {} threads\n", load_s,
-               opts.tokens.size(), opts.incremental ? "incremental" : "prefill", mo.max_batch, eval_s,
+    fmt::print(stderr, "load {:.3f} s; {} tokens ({}) in {:.3f} s = {:.1f} tokens/s, {} threads\n", load_s,
+               opts.tokens.size(), opts.incremental ? "incremental" : fmt::format("prefill, chunks of {}", mo.max_batch), eval_s,
                static_cast<double>(opts.tokens.size()) / eval_s, pool.size());
   }
 }
