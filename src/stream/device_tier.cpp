@@ -92,8 +92,9 @@ bool DeviceTier::install(uint32_t id, const uint8_t* host, uint64_t bytes, uint6
       victim = best_victim(false, serial);
     } else {
       const uint32_t cold = best_victim(false, serial), spare = best_victim(true, serial);
-      // Admitted: more than twice as hot (decayed count; the key is its log2) as the coldest
-      // cached expert it displaces. Offline, Zipf routing at the consumer shares
+      // Admitted: more than twice as hot (decayed count; the key is its log2) as the cached
+      // expert it displaces, the policy's victim (outside the recency segment and this layer
+      // when it can be). Offline, Zipf routing at the consumer shares
       // (StreamDeviceTier.AdmissionReadsFewerExpertsUnderZipfRouting), store reads against
       // admitting every miss: 0.90 for any hotter expert, 0.76 at twice, 0.74 at four times,
       // 0.72 for a tier that never replaces (no room left to follow a change of topic).
