@@ -201,6 +201,7 @@ struct ExpertCounters {
   // The gpu tier (all 0 without one); hits/misses above are then the host tier's, which sees
   // the gpu tier's misses only.
   uint64_t gpu_hits = 0, gpu_misses = 0, gpu_evictions = 0, h2d_bytes = 0;
+  uint64_t gpu_transient = 0;  // copied into the gpu tier without admission (hot policy)
   uint64_t gpu_budget_bytes = 0, gpu_bytes = 0;
   // Expert host compute (EngineOptions::expert_host_compute): gpu-tier misses computed on the
   // CPU where they sit instead of copied (their bytes; 0 when copying).

@@ -94,6 +94,8 @@ std::string expert_prometheus(const ExpertCounters& c) {
     line("counter", "ds4_expert_gpu_misses_total", "Selected experts the gpu tier took from the host cache.",
          c.gpu_misses);
     line("counter", "ds4_expert_gpu_evictions_total", "Experts evicted from the gpu tier.", c.gpu_evictions);
+    line("counter", "ds4_expert_gpu_transient_total",
+         "Experts copied into the gpu tier as transient: not hot enough to displace a cached one.", c.gpu_transient);
     line("counter", "ds4_expert_h2d_bytes_total", "Bytes copied from the host cache into gpu slots.", c.h2d_bytes);
     line("counter", "ds4_expert_host_computed_bytes_total",
          "Bytes of gpu-tier misses computed on the CPU where they sit (--expert-host-compute).", c.host_computed_bytes);

@@ -477,6 +477,7 @@ std::optional<ExpertCounters> Engine::expert_counters() const {
   c.stall_seconds = static_cast<double>(s.stall_ns) / 1e9;
   c.cache_budget_bytes = s.budget_bytes, c.cache_bytes = s.cached_bytes;
   c.gpu_hits = s.gpu_hits, c.gpu_misses = s.gpu_misses, c.gpu_evictions = s.gpu_evictions, c.h2d_bytes = s.h2d_bytes;
+  c.gpu_transient = s.gpu_transient;
   c.gpu_budget_bytes = static_cast<uint64_t>(s.gpu_slots) * s.gpu_slot_bytes;
   c.gpu_bytes = static_cast<uint64_t>(s.gpu_used) * s.gpu_slot_bytes;
   c.host_computed_bytes = s.host_computed_bytes;
