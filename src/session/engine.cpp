@@ -367,11 +367,19 @@ void open_qwen35moe(Engine::Impl& impl, gguf::File file, const EngineOptions& o)
 }  // namespace
 
 std::string MemoryPlan::describe() const {
+  const std::string work =
+      flops.matrix_per_token > 0
+          ? fmt::format("\nwork per token    {:.2f} GFLOP in weight products, {:.2f} in the output head{}",
+                        flops.matrix_per_token / 1e9, flops.head / 1e9,
+                        flops.attention_counted()
+                            ? fmt::format(", {:.2f} in attention at position 8191", flops.attention(8191) / 1e9)
+                            : std::string())
+          : std::string();
   return fmt::format(
-      "model file        {} (mapped read-only; weights {}, {} read per decode token)\n"
+      "model file        {} (mapped read-only; weights {}, {} read per decode token){}\n"
       "session state     {} fixed + {} per token = {} at {} tokens\n"
       "rewind checkpoint {} each{}{}{}{}",
-      human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(decode_bytes_per_token),
+      human_bytes(file_bytes), human_bytes(weights_bytes), human_bytes(decode_bytes_per_token), work,
       human_bytes(state_fixed_bytes), state_bytes_per_token,
       human_bytes(state_bytes_at_ctx), n_ctx, human_bytes(checkpoint_bytes), residency.empty() ? "" : "\n", residency,
       expert_streaming.empty() ? "" : "\n", expert_streaming);
