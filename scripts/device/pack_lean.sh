@@ -10,6 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 held=(models/ds4-demo-chat.gguf models/ds4-demo-chat tests/fixtures/tokenizer tests/fixtures/qwen35moe)
 if [ "${1:-}" = hold ]; then
+  # A local guard (this clone only): a commit while files are held would delete them from git.
+  hook=$(git rev-parse --git-path hooks)/pre-commit
+  mkdir -p "$(dirname "$hook")"
+  [ -e "$hook" ] || { printf '%s\n' '#!/bin/sh' \
+    '[ -n "$(find /tmp/ds4-held -type f 2>/dev/null | head -1)" ] && { echo "pre-commit: files are held in /tmp/ds4-held (scripts/device/pack_lean.sh restore first)"; exit 1; }' \
+    'exit 0' > "$hook"; chmod +x "$hook"; }
   mkdir -p /tmp/ds4-held
   for p in "${held[@]}"; do [ -e "$p" ] && mkdir -p "/tmp/ds4-held/$(dirname "$p")" && mv "$p" "/tmp/ds4-held/$p"; done
   exit 0
