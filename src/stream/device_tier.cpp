@@ -60,21 +60,22 @@ DeviceTier::~DeviceTier() {
   dev_->release(arena_);
 }
 
-uint32_t DeviceTier::best_victim(bool transient, uint64_t serial) const {
+DeviceTier::Victims DeviceTier::best_victims(uint64_t serial) const {
   // Linear scan, as the host tier's: a few thousand slots per miss is cheap next to a copy.
-  uint32_t victim = kFree;
-  bool victim_now = true;
+  uint32_t victim[2] = {kFree, kFree};  // [transient]
+  bool victim_now[2] = {true, true};
   for (uint32_t o : owner_) {
     if (o == kFree) continue;
     const Entry& e = entries_[o];
-    if (e.pins > 0 || e.transient != transient) continue;
+    if (e.pins > 0) continue;
+    const int t = e.transient ? 1 : 0;
     const bool now = e.serial == serial;  // selected by this layer (and computed already)
-    if (victim == kFree || (victim_now && !now) || (now == victim_now && policy_.before(o, victim))) {
-      victim = o;
-      victim_now = now;
+    if (victim[t] == kFree || (victim_now[t] && !now) || (now == victim_now[t] && policy_.before(o, victim[t]))) {
+      victim[t] = o;
+      victim_now[t] = now;
     }
   }
-  return victim;
+  return {victim[0], victim[1]};
 }
 
 bool DeviceTier::install(uint32_t id, const uint8_t* host, uint64_t bytes, uint64_t serial) {
@@ -87,20 +88,18 @@ bool DeviceTier::install(uint32_t id, const uint8_t* host, uint64_t bytes, uint6
     slot = free_.back();
     free_.pop_back();
   } else {
-    uint32_t victim = kFree;
-    if (!admit_) {
-      victim = best_victim(false, serial);
-    } else {
-      const uint32_t cold = best_victim(false, serial), spare = best_victim(true, serial);
+    const Victims v = best_victims(serial);
+    uint32_t victim = v.cached;  // without admission every entry is cached
+    if (admit_) {
       // Admitted: more than twice as hot (decayed count; the key is its log2) as the cached
       // expert it displaces, the policy's victim (outside the recency segment and this layer
       // when it can be). Offline, Zipf routing at the consumer shares
       // (StreamDeviceTier.AdmissionReadsFewerExpertsUnderZipfRouting), store reads against
       // admitting every miss: 0.90 for any hotter expert, 0.76 at twice, 0.74 at four times,
       // 0.72 for a tier that never replaces (no room left to follow a change of topic).
-      const bool admitted = cold != kFree && policy_.key(id) > policy_.key(cold) + 1.0;
+      const bool admitted = v.cached != kFree && policy_.key(id) > policy_.key(v.cached) + 1.0;
       transient = !admitted;
-      victim = admitted ? cold : (spare != kFree ? spare : cold);
+      if (!admitted && v.transient != kFree) victim = v.transient;
     }
     if (victim == kFree)
       fail("device expert cache: every one of its {} slots is in use by the layer being computed", owner_.size());

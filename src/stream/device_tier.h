@@ -110,8 +110,12 @@ class DeviceTier {
     uint64_t serial = 0;  // the last lease that selected it
     bool transient = false;  // installed without admission: the first to go
   };
-  // The best unpinned victim among transient (or cached) entries; UINT32_MAX when none.
-  uint32_t best_victim(bool transient, uint64_t serial) const;
+  // The best unpinned victim among the cached and among the transient entries (one scan);
+  // UINT32_MAX where none.
+  struct Victims {
+    uint32_t cached, transient;
+  };
+  Victims best_victims(uint64_t serial) const;
   std::unique_ptr<DeviceSlots> dev_;
   uint8_t* arena_ = nullptr;
   uint64_t stride_ = 0;

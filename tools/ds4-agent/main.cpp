@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "agent/app.h"
+#include "common/batch_flag.h"
 #include "common/expert_flags.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("-t,--threads", o.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch-size", o.batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
+  ds4::tools::add_batch_flag(app, o.batch);
   app.add_option("--dir-steering-file", o.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
   app.add_option("--dir-steering-attn", o.dir_steering_attn, "steering scale after attention sublayers (default 0)");
   app.add_option("--dir-steering-ffn", o.dir_steering_ffn, "steering scale after FFN sublayers (default 0)");

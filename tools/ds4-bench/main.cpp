@@ -18,6 +18,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/batch_flag.h"
 #include "common/expert_flags.h"
 #include "core/error.h"
 #include "ds4/engine.h"
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
                  "cache then starts warm")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch,--batch-size", eo.max_batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
+  ds4::tools::add_batch_flag(app, eo.max_batch, "-b,--batch,--batch-size");
   app.add_option("--csv", csv_path, "also write the CSV to this file");
   app.add_option("--act-quant-sim", sim, "FP8 KV / FP4 indexer rounding")->check(CLI::IsMember({"on", "off"}));
   app.add_option("--seed", seed, "seed of the random prompt")->capture_default_str();

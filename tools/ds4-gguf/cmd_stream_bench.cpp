@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -217,9 +218,14 @@ int cmd_stream_bench(int argc, char** argv) {
       at = c + 1;
     }
     const ExpertLayout layout = ExpertLayout::from_gguf(f);
-    if (cache.back() == '%') {
-      o.budget_slots = static_cast<int64_t>(std::stod(cache.substr(0, cache.size() - 1)) / 100.0 *
-                                            static_cast<double>(layout.n_layer * layout.n_expert));
+    // "P%": that share of all the experts, in slots (--cache, --gpu-cache); else nullopt.
+    auto percent_slots = [&](const std::string& spec) -> std::optional<int64_t> {
+      if (spec.empty() || spec.back() != '%') return std::nullopt;
+      return static_cast<int64_t>(std::stod(spec.substr(0, spec.size() - 1)) / 100.0 *
+                                  static_cast<double>(layout.n_layer * layout.n_expert));
+    };
+    if (const auto slots = percent_slots(cache)) {
+      o.budget_slots = *slots;
     } else {
       o.budget_bytes = parse_budget(cache, "--cache", &o.budget_slots);
     }
@@ -228,9 +234,8 @@ int cmd_stream_bench(int argc, char** argv) {
     auto prov = ExpertProvider::open(f, o);
     if (!gpu_cache.empty()) {
       int64_t slots = 0;
-      if (gpu_cache.back() == '%') {
-        slots = static_cast<int64_t>(std::stod(gpu_cache.substr(0, gpu_cache.size() - 1)) / 100.0 *
-                                     static_cast<double>(layout.n_layer * layout.n_expert));
+      if (const auto pct = percent_slots(gpu_cache)) {
+        slots = *pct;
       } else {
         const uint64_t b = parse_budget(gpu_cache, "--gpu-cache", &slots);
         if (b > 0) slots = static_cast<int64_t>(b / prov->slot_bytes());

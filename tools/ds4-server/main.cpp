@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "chat/chatml.h"
+#include "common/batch_flag.h"
 #include "common/expert_flags.h"
 #include "core/error.h"
 #include "ds4/engine.h"
@@ -45,7 +46,7 @@ int main(int argc, char** argv) {
   app.add_option("-n,--tokens", tokens, "default completion limit when a request sets none (capped by --ctx)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-t,--threads", eo.threads, "compute threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch-size", eo.max_batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
+  ds4::tools::add_batch_flag(app, eo.max_batch);
   app.add_option("--backend", eo.backend, "compute backend")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--dir-steering-file", eo.dir_steering_file, "directional steering file (ds4-gguf steer-build)");
   app.add_option("--dir-steering-attn", eo.dir_steering_attn, "steering scale after attention sublayers (default 0)");

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "chat_cli.h"
+#include "common/batch_flag.h"
 #include "options.h"
 
 namespace {
@@ -47,7 +48,7 @@ int main(int argc, char** argv) {
   app.add_option("--act-quant-sim", sim_arg, "FP8 KV / FP4 indexer rounding (spec §5.2-5.4)")
       ->check(CLI::IsMember({"on", "off"}));
   app.add_option("-t,--threads", opts.threads, "worker threads (0: all cores)")->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch-size", opts.batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")->check(CLI::NonNegativeNumber);
+  ds4::tools::add_batch_flag(app, opts.batch);
   app.add_option("--tokens", tokens_arg, "comma-separated token ids to evaluate");
   app.add_option("--dump-logits", opts.dump_logits_path, "write f32 logits [n_tokens][n_vocab] here");
   app.add_flag("--float-acts", opts.float_acts,
