@@ -31,6 +31,9 @@ MEM=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -
 # 43 layers (86.7 GB) need an H200; an 80 GB H100 holds 34 (65 GB): same-call ratios only there.
 L=${LAYERS:-$([ "$MEM" -gt 120000 ] && echo 43 || echo 34)}
 F=/dev/shm/flash$L.gguf
+# /dev/shm is RAM: another script's file left on the same warm machine (stream_evidence.sh's
+# ds4-evidence-*.gguf, another layer count) would leave too little for this one.
+for g in /dev/shm/*.gguf; do [ -e "$g" ] && [ "$g" != "$F" ] && rm -f "$g"; done
 [ "${SKIP_AB:-0}" = 1 ] || [ -f $F ] || (nohup bash -c "t=\$(date +%s); $B/ds4-gguf synth --preset flash-q2 --layers $L --out $F > $OUT/synth.log 2>&1; \
   echo synth_s=\$(( \$(date +%s) - t )) >> $OUT/synth.log" > /dev/null 2>&1 &)
 summary=()
@@ -67,6 +70,7 @@ if [ "${SKIP_AB:-0}" != 1 ]; then
   summary+=("synth $L layers: $(du -h $F | cut -f1), $(grep synth_s "$OUT/synth.log" 2>/dev/null)")
 
   echo "== $L layers, 2K (t=$(el))"
+  rm -f /tmp/ab_*.log /tmp/ab_*.csv  # an earlier call's on a warm machine would be read as this one's
   FILE=$F LAYERS=$L CTX=2048 BATCH=2048 GEN_TOKENS=${GEN_TOKENS:-128} REPS=${REPS:-2} VARIANTS="${VARIANTS:-new:}" \
     DS4_ROOT=$ROOT timeout ${AB_TIMEOUT:-300} bash "$DR/ab_decode.sh" | tee "$OUT/ab2k.txt"
   for v in /tmp/ab_*.log; do cp "$v" "$OUT/" 2>/dev/null; done

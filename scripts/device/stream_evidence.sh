@@ -75,7 +75,13 @@ free_gb() { df -BG --output=avail "$OUT_DIR" | tail -1 | tr -dc 0-9; }
 per_layer_mb=$(( PACK == 1 ? 2020 + 1812 : 2020 ))
 SHM_GGUF=${SHM_GGUF:-0}
 GGUF_DIR=$OUT_DIR
-if [ "$SHM_GGUF" = 1 ]; then PACK=1; per_layer_mb=1812; GGUF_DIR=/dev/shm; fi
+if [ "$SHM_GGUF" = 1 ]; then
+  PACK=1; per_layer_mb=1812; GGUF_DIR=/dev/shm
+  # /dev/shm is RAM: decode_bar.sh's files (flashNN.gguf, 65-87 GB) left by an earlier call on
+  # the same warm machine leave too little for the host cache, and every run is OOM-killed
+  # (session 30 lost a call so). They are regenerated on demand: remove them.
+  rm -f /dev/shm/flash[0-9]*.gguf
+fi
 
 # ---- the file ----
 if [ -z "${LAYERS:-}" ]; then
