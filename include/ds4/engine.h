@@ -115,10 +115,13 @@ struct EngineOptions {
   std::string prune_mask;
 };
 
-// EngineOptions::max_batch when it is 0: 2048 tokens on a GPU backend, where a chunk's
-// tensor-core products read each weight once per chunk and a routed expert gets ~48 rows
-// (6 of 256 experts per token); 512 on the CPU (its default before there was a GPU backend).
-int64_t default_max_batch(const std::string& backend);
+// EngineOptions::max_batch when it is 0. On a GPU backend a chunk's tensor-core products read
+// each weight once per chunk, and a routed expert gets ~6/256 of its rows: 4096 tokens (~96 rows
+// per expert) when the experts are resident on the device (an 8K prompt prefilled 1.04x faster
+// than in chunks of 2048, and a 32K one too: H100, 34-layer Flash q2, 2026-12-07), 2048 when
+// they stream (the chunk's scratch, ~2.7 GB per 2048 rows at Flash width, would come out of the
+// gpu expert tier). 512 on the CPU (its default before there was a GPU backend).
+int64_t default_max_batch(const std::string& backend, bool experts_stream = false);
 
 // Floating-point work counted from the shapes (not measured), for the FLOP rates ds4-bench
 // prints: 2 FLOP per weight element a token multiplies, per key dimension a query scores and

@@ -82,6 +82,12 @@ stream::StreamingRequest streaming_request(const EngineOptions& o) {
   return sr;
 }
 
+bool device_streams_experts(const gguf::File& file, const EngineOptions& o) {
+  if (o.backend == "cpu") return false;
+  if (o.ssd_streaming) return true;
+  if (!file.find_tensor(stream::expert_tensor_name(0, 0))) return false;
+  return stream::count_freed_tensors(file, stream::ExpertLayout::from_gguf(file)) > 0;
+}
 }  // namespace session
 
 namespace {
@@ -388,12 +394,13 @@ std::string MemoryPlan::describe() const {
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Engine::~Engine() = default;
 
-int64_t default_max_batch(const std::string& backend) { return backend == "cpu" ? 512 : 2048; }
+int64_t default_max_batch(const std::string& backend, bool experts_stream) {
+  return backend == "cpu" ? 512 : experts_stream ? 2048 : 4096;
+}
 
 std::shared_ptr<const Engine> Engine::open(const EngineOptions& given) {
   if (given.max_batch < 0) fail("max_batch {} must be at least 1 (0: the backend's default)", given.max_batch);
   EngineOptions o = given;
-  if (o.max_batch == 0) o.max_batch = default_max_batch(o.backend);
   if (o.backend != "cpu") {
     // Fails early (before the model is opened) for a name or backend this build lacks.
     if (!compute::backend_is_shared(o.backend)) compute::make_backend({o.backend});
@@ -402,8 +409,9 @@ std::shared_ptr<const Engine> Engine::open(const EngineOptions& given) {
   if (!std::filesystem::exists(o.model_path)) fail("{}: model file not found", o.model_path);
 
   auto impl = std::make_unique<Impl>();
-  impl->options = o;
   gguf::File file = gguf::File::open(o.model_path);
+  if (o.max_batch == 0) o.max_batch = default_max_batch(o.backend, session::device_streams_experts(file, o));
+  impl->options = o;
   impl->model_hash = session::model_identity_hash(file);
   // Logits under benchmark routing are another model's: payloads and disk caches must not mix.
   if (const auto seed = stream::parse_bench_routing(o.bench_routing))

@@ -59,6 +59,10 @@ uint64_t model_identity_hash(const gguf::File& file);
 // prefetch switches, packed file, trace), before the residency plan adjusts it: one mapping for
 // Engine::open and the ds4 tool's logits dump, which builds its model without an engine.
 stream::StreamingRequest streaming_request(const EngineOptions& o);
+// Whether a device backend will stream this file's routed experts: --ssd-streaming, or experts
+// freed from the GGUF by pack-experts (the residency plan's two reasons on a device). Decides
+// the default chunk (default_max_batch) before the plan is made.
+bool device_streams_experts(const gguf::File& file, const EngineOptions& o);
 }  // namespace session
 
 }  // namespace ds4

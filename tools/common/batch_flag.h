@@ -10,7 +10,7 @@ namespace ds4::tools {
 
 inline CLI::Option* add_batch_flag(CLI::App& app, int64_t& batch, const std::string& names = "-b,--batch-size") {
   return app
-      .add_option(names, batch, "prefill chunk: tokens per forward pass (default 0: 2048 on a GPU backend, 512 on the CPU)")
+      .add_option(names, batch, "prefill chunk: tokens per forward pass (default 0: on a GPU backend 4096, 2048 when experts stream; 512 on the CPU)")
       ->check(CLI::NonNegativeNumber);
 }
 

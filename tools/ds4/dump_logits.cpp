@@ -39,12 +39,14 @@ void run_dump_logits(const Ds4Options& opts) {
   using clock = std::chrono::steady_clock;
   model::deepseek4::Options mo;
   mo.act_quant_sim = opts.act_quant_sim;
-  mo.max_batch = opts.batch > 0 ? opts.batch : default_max_batch(opts.backend);  // as the engine does
   auto t0 = clock::now();
   gguf::File file = gguf::File::open(opts.model_path);
   const ExpertFlags& x = opts.experts;
   EngineOptions eo;
   x.apply(eo);
+  eo.backend = opts.backend;
+  mo.max_batch = opts.batch > 0 ? opts.batch  // as the engine does
+                                : default_max_batch(opts.backend, session::device_streams_experts(file, eo));
   stream::StreamingSetup ss = stream::setup_streaming(file, session::streaming_request(eo));  // outlives the model
   if (!ss.describe.empty()) fmt::print(stderr, "{}\n", ss.describe);
   if (!x.cache_gpu.empty() && !ss.provider)

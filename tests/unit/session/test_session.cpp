@@ -74,7 +74,9 @@ TEST(Engine, FlopCountFollowsTheShapes) {
 // max_batch 0 is the backend's default, which options() reports; a negative one is an error.
 TEST(Engine, MaxBatchZeroIsTheBackendsDefault) {
   EXPECT_EQ(default_max_batch("cpu"), 512);
-  EXPECT_EQ(default_max_batch("cuda"), 2048);
+  EXPECT_EQ(default_max_batch("cuda"), 4096);
+  EXPECT_EQ(default_max_batch("cuda", true), 2048);  // streaming: the scratch would shrink the gpu tier
+  EXPECT_EQ(default_max_batch("cpu", true), 512);
   EngineOptions o;
   o.model_path = chat_model_path();
   o.threads = 2;

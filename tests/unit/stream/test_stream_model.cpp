@@ -15,6 +15,7 @@
 #include "ds4/engine.h"
 #include "ds4/session.h"
 #include "model/deepseek4/model.h"
+#include "session/engine_impl.h"
 #include "stream/pack.h"
 #include "stream/provider.h"
 #include "stream_fixture.h"
@@ -157,6 +158,19 @@ TEST(StreamModel, EngineGuardsAndStats) {
   plain.model_path = p;
   plain.threads = 2;
   EXPECT_FALSE(Engine::open(plain)->memory_plan().expert_streaming.empty());
+  // The default chunk follows: a device backend would stream this file, so it takes 2048 rows.
+  {
+    EngineOptions dev = plain;
+    dev.backend = "cuda";
+    EXPECT_TRUE(session::device_streams_experts(gguf::File::open(p), dev));
+    dev.model_path = DS4_SOURCE_DIR "/models/ds4-demo.gguf";
+    const gguf::File whole = gguf::File::open(dev.model_path);
+    EXPECT_FALSE(session::device_streams_experts(whole, dev));
+    dev.ssd_streaming = true;
+    EXPECT_TRUE(session::device_streams_experts(whole, dev));
+    dev.backend = "cpu";
+    EXPECT_FALSE(session::device_streams_experts(whole, dev));
+  }
   fs::rename(p + ".experts", p + ".gone");
   try {
     Engine::open(plain);
