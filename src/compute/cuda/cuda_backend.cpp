@@ -360,7 +360,14 @@ CudaBackend::CudaBackend(CudaOptions opt) : opt_(opt) {
   check(cudaSetDevice(opt.device), "cudaSetDevice");
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   home_ = stream_;
-  branches_ = cuda::env_switch("DS4_CUDA_BRANCH", true);
+  // Profiled (DS4_CUDA_PROFILE), one stream unless DS4_CUDA_BRANCH says otherwise: an op's event
+  // pair on one stream also times the other stream's kernels running beside it (session 30: the
+  // shared expert's products read 2.5x their one-stream time), so per-op shares would mislead.
+  {
+    const char* pe = std::getenv("DS4_CUDA_PROFILE");
+    const bool profiled = pe && *pe && std::strcmp(pe, "0") != 0;
+    branches_ = cuda::env_switch("DS4_CUDA_BRANCH", !profiled);
+  }
   if (branches_) {
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate(branch)");
     check(cudaEventCreateWithFlags(&fork_ev_, cudaEventDisableTiming), "cudaEventCreate(branch fork)");
@@ -582,8 +589,9 @@ std::string CudaBackend::profile_report(bool reset) {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   double total = 0;
   for (auto& [n, e] : rows) total += e.ms;
-  std::string out = prof_host_ ? fmt::format("cuda profile (host time inside each op, {:.3f} ms in all):\n", total)
-                               : fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all):\n", total);
+  std::string out = prof_host_ ? fmt::format("cuda profile (host time inside each op, {:.3f} ms in all", total)
+                               : fmt::format("cuda profile (CUDA events around each op, {:.3f} ms in all", total);
+  out += branches_ ? "; branch streams on: ops overlap, their times include each other's):\n" : "; one stream):\n";
   out += fmt::format("  {:<40} {:>9} {:>11} {:>10} {:>6}\n", "op", "calls", "total ms", "us/call", "%");
   for (auto& [n, e] : rows)
     out += fmt::format("  {:<40} {:>9} {:>11.3f} {:>10.2f} {:>6.1f}\n", n, e.calls, e.ms, 1e3 * e.ms / e.calls,
