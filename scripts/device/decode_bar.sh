@@ -12,8 +12,10 @@
 #   then, each while DEADLINE seconds last:
 #   4. parity with the defaults (cuda_suite.sh STAGES=parity; SKIP_PARITY=1), and with
 #      PARITY_ENV="ENV=VAL,..." the quantized parity cases again with those settings;
-#   5. decode at 16K and 64K (CTXS; CTXS="" skips) with the default switches;
-#   6. PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill, and its shares of GEMMs,
+#   5. decode at 16K and 64K (CTXS; CTXS="" skips) with the default switches, prefill in chunks
+#      of CHUNK tokens (default 4096, the engine's default with resident experts);
+#   6. PREFILL_PROFILE="ENV=VAL,..." or "-": per-op times of that prefill (chunks of CHUNK; one
+#      stream unless DS4_CUDA_BRANCH=1 is given), and its shares of GEMMs,
 #      attention and the rest (each prefill variant's summary line has its FLOP rate: ds4-bench
 #      counts the work from the shapes);
 #   7. per-op GPU time of one replayed 2K step (DS4_CUDA_PROFILE=graph; SKIP_PROFILE=1).
@@ -113,7 +115,7 @@ fi
 for ctx in ${CTXS-16384 65536}; do  # (the 64K prefill alone takes about a minute on 43 layers)
   left && [ -f $F ] || break
   echo "== ctx $ctx (t=$(el))"
-  timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch 2048 --gen-tokens 64 \
+  timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start $ctx --ctx-max $ctx --batch ${CHUNK:-4096} --gen-tokens 64 \
     --csv "$OUT/b$ctx.csv" > "$OUT/b$ctx.log" 2>&1
   summary+=("ctx $ctx: $(tail -1 "$OUT/b$ctx.csv" 2>/dev/null || tail -1 "$OUT/b$ctx.log")")
   summary+=("$(grep -h 'decode reads' "$OUT/b$ctx.log" | tail -1)")
@@ -125,7 +127,7 @@ if left && [ -f $F ] && [ -n "${PREFILL_PROFILE:-}" ]; then
   echo "== prefill profile $PREFILL_PROFILE (t=$(el))"
   ( IFS=','; for e in $PREFILL_PROFILE; do [ "$e" != - ] && export "$e"; done; unset IFS
     DS4_CUDA_PROFILE=1 timeout 150 "$B/ds4-bench" -m $F --backend cuda --ctx-start ${PREFILL_CTX:-8192} \
-      --ctx-max ${PREFILL_CTX:-8192} --gen-tokens 1 --batch 2048 > "$OUT/prefill_profile.log" 2>&1 )
+      --ctx-max ${PREFILL_CTX:-8192} --gen-tokens 1 --batch ${CHUNK:-4096} > "$OUT/prefill_profile.log" 2>&1 )
   grep -A${PROFILE_LINES:-30} -E '^  op ' "$OUT/prefill_profile.log"
   # Shares of the GPU time: weight products (GEMMs), attention (its rows, scores, indexer,
   # compressor, top-k, rounding), and the rest (hyper-connections, norms, routing glue, copies).
