@@ -92,6 +92,16 @@ bool device_streams_experts(const gguf::File& file, const EngineOptions& o) {
 
 namespace {
 
+// A chunk's scratch, for the plans: ~48 floats per hidden unit per row, and one row of logits
+// (a session's chunk asks the head for its last row only; the logits dump's whole-prompt logits
+// are its own model's, and the steering check's, of a short text, fit the gpu tier plan's 1 GiB
+// reserve). Counting a row of logits per chunk row took 1 GB from the gpu tier at 2048 rows of
+// Flash's 129,280-entry vocabulary.
+uint64_t scratch_estimate(int64_t max_batch, int64_t n_embd, int64_t n_vocab) {
+  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, max_batch));
+  return rows * static_cast<uint64_t>(n_embd) * 48 * sizeof(float) + static_cast<uint64_t>(n_vocab) * sizeof(float);
+}
+
 constexpr int64_t kFallbackCtx = 4096;  // for files without deepseek4.context_length
 
 // The plan's weight figures, alike for every family. decode_bytes_per_token: all the weights,
@@ -193,10 +203,7 @@ void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOpti
   need.session_bytes = plan.state_bytes_at_ctx + plan.checkpoint_bytes;
   if (o.planned_sessions < 1) fail("planned sessions {}: the memory plan counts at least one", o.planned_sessions);
   need.sessions = o.planned_sessions;
-  // Scratch estimate: ~48 floats per hidden unit and a row of logits per batch row.
-  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, o.max_batch));
-  need.scratch_bytes = rows * static_cast<uint64_t>(hp.n_embd) * 48 * sizeof(float) +
-                       rows * static_cast<uint64_t>(hp.n_vocab) * sizeof(float);
+  need.scratch_bytes = scratch_estimate(o.max_batch, hp.n_embd, hp.n_vocab);
   bool freed = false;
   uint64_t slot_bytes = 0;
   const bool has_experts = file.find_tensor(stream::expert_tensor_name(0, 0)) != nullptr;
@@ -294,10 +301,8 @@ void attach_gpu_tier(Engine::Impl& impl, const EngineOptions& o) {
   r.free_bytes = be.device_free_bytes();
   const MemoryPlan& mp = impl.plan;
   r.session_bytes = static_cast<uint64_t>(std::max(1, o.planned_sessions)) * (mp.state_bytes_at_ctx + mp.checkpoint_bytes);
-  const uint64_t rows = static_cast<uint64_t>(std::max<int64_t>(1, o.max_batch));
   const int64_t n_embd = impl.model ? impl.model->hparams().n_embd : impl.qwen->hparams().n_embd;
-  r.scratch_bytes = rows * static_cast<uint64_t>(n_embd) * 48 * sizeof(float) +
-                    rows * static_cast<uint64_t>(impl.info.n_vocab) * sizeof(float);
+  r.scratch_bytes = scratch_estimate(o.max_batch, n_embd, impl.info.n_vocab);
   r.reserve_bytes = 1ull << 30;  // the backend's own buffers and allocator slack, as its weight upload keeps
   r.slot_bytes = xp.slot_bytes();
   r.expert_count = static_cast<uint64_t>(xp.layout().n_layer * xp.layout().n_expert);
