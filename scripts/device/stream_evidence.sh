@@ -35,7 +35,7 @@
 # Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, MiB per token computed on the CPU (hcMiB/t), prefetch coverage
-# and wasted reads per useful one; the ratio to the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
+# and wasted reads per useful one (evicted unused; "unused": also those still waiting at the end); the ratio to the same budget's plain row. Table on stdout, rows (tab-separated, header first) in
 # $OUT/rows.txt, logs in $OUT. STAGES="file test bw bench ab" selects (file is implied by the
 # others; test = test_cuda_stream's benchmark-routing check on the demo model and
 # cuda_backend_check, when present).
@@ -162,7 +162,7 @@ fi
 mib() { echo $(( $1 * 1024 * LAYERS / 43 )); }
 floor_gpu=6                       # one layer's experts for one token: "host only"
 ROWS=$OUT/rows.txt
-printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tbound43_tps\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\thost_compute_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
+printf 'config\trc\tgen_tps\tbound_tps\tof_bound\tbound43_tps\tvs_plain\tgpu_hit\thost_hit\tdisk_mib_tok\th2d_mib_tok\thost_compute_mib_tok\tstall_ms_tok\tpf_coverage\twasted_per_useful\tunused_per_useful\tpcache\tsecs\trouting\n' > "$ROWS"
 table=()
 declare -A plain_tps
 bench() {  # group (budget name), name, then ds4-bench flags
@@ -201,14 +201,14 @@ bench() {  # group (budget name), name, then ds4-bench flags
   share=$(awk -v g="${gen:-0}" -v b="${bound:-0}" 'BEGIN { if (g > 0 && b > 0) printf "%.0f%%", 100 * g / b }')
   [ "$name" = plain ] && plain_tps[$group]=${gen:-}
   vs=$(awk -v g="${gen:-0}" -v p="${plain_tps[$group]:-0}" 'BEGIN { if (g > 0 && p > 0) printf "%.2fx", g / p }')
-  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\tzipf:%s\n' "$group: $name" "$rc" "${gen:--}" \
     "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
     "$(val host_compute_mib_per_token)" \
-    "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$pc" "$(since $t0)" "$SEED" >> "$ROWS"
-  table+=("$(printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
+    "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$(val unused_per_useful)" "$pc" "$(since $t0)" "$SEED" >> "$ROWS"
+  table+=("$(printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %6s %4s' "$group: $name" "$rc" "${gen:--}" \
     "${bound:--}" "${share:--}" "${bound43:--}" "${vs:--}" "$(val gpu_hit)" "$(val host_hit)" "${disk:--}" "$(val h2d_mib_per_token)" \
     "$(val host_compute_mib_per_token)" \
-    "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$(since $t0)")")
+    "$(val stall_ms_per_token)" "$(val prefetch_coverage)" "$(val wasted_per_useful)" "$(val unused_per_useful)" "$(since $t0)")")
   [ "$rc" -ne 0 ] && tail -3 "$log"
   grep -m4 -E '^(routed experts|gpu tier|expert compute|bench routing)' "$log" | sed 's/^/  /'
 }
@@ -256,8 +256,8 @@ if stage ab; then
 fi
 if [ ${#table[@]} -gt 0 ]; then
   echo "==== decode, $LAYERS-layer synthetic Flash q2 ($src, O_DIRECT), routing --bench-routing zipf:$SEED, ctx $CTX, $WARM warm-up + $GEN timed tokens, budgets x $LAYERS/43, disk ${BW:-?} GB/s ===="
-  printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %4s\n' config rc t/s bound ofbnd bound43 vsplain gpuhit \
-    hosthit diskMiB/t h2dMiB/t hcMiB/t stallms pfcov waste s
+  printf '%-37s %3s %7s %7s %5s %7s %6s %6s %6s %8s %8s %8s %7s %6s %6s %6s %4s\n' config rc t/s bound ofbnd bound43 vsplain gpuhit \
+    hosthit diskMiB/t h2dMiB/t hcMiB/t stallms pfcov waste unused s
   printf '%s\n' "${table[@]}"
 fi
 echo "==== summary ($(since $t_all) s; rows in $ROWS) ===="

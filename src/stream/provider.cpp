@@ -65,8 +65,9 @@ std::string ProviderStats::describe() const {
         prefetch_during_demand, demand_experts ? demand_expert_ns / 1e6 / static_cast<double>(demand_experts) : 0.0);
   const char* names[2] = {"hash", "lookahead"};
   for (int k = 0; k < 2; ++k)
-    s += fmt::format("prefetch {}: {} issued, {} useful, {} wasted, {} dropped\n", names[k], prefetch_issued[k],
-                     prefetch_useful[k], prefetch_wasted[k], prefetch_dropped[k]);
+    s += fmt::format("prefetch {}: {} issued, {} useful, {} wasted, {} dropped, {} unresolved\n", names[k],
+                     prefetch_issued[k], prefetch_useful[k], prefetch_wasted[k], prefetch_dropped[k],
+                     prefetch_unresolved(k));
   s += fmt::format("host cache: {:.1f} of {:.1f} MiB, {} tokens\n", cached_bytes / 1048576.0,
                    budget_bytes / 1048576.0, tokens);
   if (gpu_slots > 0) {

@@ -116,6 +116,12 @@ struct ProviderStats {
   uint64_t prefetch_issued[2] = {0, 0};
   uint64_t prefetch_useful[2] = {0, 0};   // prefetched, then selected before eviction
   uint64_t prefetch_wasted[2] = {0, 0};   // prefetched, evicted unused
+  // Prefetched and neither used nor evicted yet (cached or in flight): wasted if never selected,
+  // which "wasted" alone would not show (the offline replay counts them as wasted at its end).
+  uint64_t prefetch_unresolved(int k) const {
+    const uint64_t done = prefetch_useful[k] + prefetch_wasted[k];
+    return prefetch_issued[k] > done ? prefetch_issued[k] - done : 0;
+  }
   uint64_t prefetch_dropped[2] = {0, 0};  // queued guesses dropped (layer passed, no room, no budget)
   uint64_t evictions = 0;
   uint64_t reads = 0;

@@ -153,19 +153,23 @@ int main(int argc, char** argv) {
           // reads there would otherwise have been; wasted = prefetched experts evicted unused.
           const double useful = d(c0->prefetch_useful, c1->prefetch_useful);
           const double wasted = d(c0->prefetch_wasted, c1->prefetch_wasted);
+          // Unused: prefetches of the interval not used in it (evicted, or cached and still
+          // waiting at its end): the upper bound of the waste, where "wasted" is its lower one.
+          const double unused = std::max(0.0, d(c0->prefetch_issued, c1->prefetch_issued) - useful);
           const double demand = useful + d(c0->misses, c1->misses);
           fmt::print(stderr,
                      "ds4-bench: ctx {} generation experts: tokens={} gpu_hit={:.4f} host_hit={:.4f} "
                      "read_mib_per_token={:.3f} h2d_mib_per_token={:.3f} host_compute_mib_per_token={:.3f} "
                      "stall_ms_per_token={:.3f} "
-                     "prefetch_issued_per_token={:.2f} prefetch_coverage={:.4f} wasted_per_useful={:.3f}\n",
+                     "prefetch_issued_per_token={:.2f} prefetch_coverage={:.4f} wasted_per_useful={:.3f} "
+                     "unused_per_useful={:.3f}\n",
                      frontier, tok, gpu_sel > 0 ? d(c0->gpu_hits, c1->gpu_hits) / gpu_sel : 0.0,
                      host_sel > 0 ? d(c0->hits + c0->inflight_hits, c1->hits + c1->inflight_hits) / host_sel : 0.0,
                      d(c0->bytes_read, c1->bytes_read) / 1048576.0 / tok, d(c0->h2d_bytes, c1->h2d_bytes) / 1048576.0 / tok,
                      d(c0->host_computed_bytes, c1->host_computed_bytes) / 1048576.0 / tok,
                      (c1->stall_seconds - c0->stall_seconds) * 1e3 / tok,
                      d(c0->prefetch_issued, c1->prefetch_issued) / tok, demand > 0 ? useful / demand : 0.0,
-                     useful > 0 ? wasted / useful : 0.0);
+                     useful > 0 ? wasted / useful : 0.0, useful > 0 ? unused / useful : 0.0);
         }
         session->rewind(frontier);
       }

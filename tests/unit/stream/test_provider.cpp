@@ -213,10 +213,15 @@ TEST(StreamProvider, LookaheadHintsAreUsedDroppedOrIgnored) {
     auto prov = ExpertProvider::open(ref.g, no_hash);
     prov->begin_tokens(std::vector<int32_t>{5});
     prov->hint(2, guess);
+    // Issued, not yet selected: neither useful nor wasted, but unresolved (a waste if never used).
+    EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], 2u);
+    EXPECT_EQ(prov->stats().prefetch_unresolved(kPrefetchLookahead), 2u);
+    EXPECT_NE(prov->stats().describe().find("0 dropped, 2 unresolved"), std::string::npos) << prov->stats().describe();
     ExpertLease lease = prov->acquire(2, routing, 2);
     while (lease.next()) {
     }
     EXPECT_EQ(prov->stats().prefetch_useful[kPrefetchLookahead], 2u);
+    EXPECT_EQ(prov->stats().prefetch_unresolved(kPrefetchLookahead), 0u);
     EXPECT_EQ(prov->stats().misses, 0u);
   }
   {  // never submitted (no prefetch queue depth): dropped once decode reaches layer 2
