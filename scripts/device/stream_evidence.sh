@@ -31,7 +31,8 @@
 #          policy + hash + lookahead + protect) against plain LRU without prefetch.
 #   ab     at the consumer budget, each policy alone against plain LRU without prefetch.
 # EXTRA_FLAGS: appended to every ds4-bench row (e.g. --expert-record-reads). ROUNDS=N: the consumer
-# rows N times, alternated. ADMIT_AB=1: each round also runs "all" with DS4_EXPERT_GPU_ADMIT=0.
+# rows N times, alternated. ADMIT_AB=1: each round also runs "all" with DS4_EXPERT_GPU_ADMIT=0;
+# PF_AB=1: "all" with DS4_EXPERT_PF_BUDGET=0 (every lookahead guess read).
 # Per row: decode t/s, the bound BW / (disk bytes per token), its share, and the same bound for
 # the 43-layer model at these hit rates (the per-layer figure scaled), tier hit rates,
 # disk and H2D MiB per token, MiB per token computed on the CPU (hcMiB/t), prefetch coverage
@@ -232,6 +233,10 @@ if stage bench; then
     # ADMIT_AB=1: the defaults without the gpu tier's admission (device_tier.h), beside them
     # shellcheck disable=SC2086
     [ "${ADMIT_AB:-0}" = 1 ] && DS4_EXPERT_GPU_ADMIT=0 bench "gpu16+host32" "all, admission off" $consumer
+    # PF_AB=1: the defaults with every lookahead guess read (no gap budget): coverage against the
+    # demand the guesses delay.
+    # shellcheck disable=SC2086
+    [ "${PF_AB:-0}" = 1 ] && DS4_EXPERT_PF_BUDGET=0 bench "gpu16+host32" "all, lookahead unbudgeted" $consumer
   done
   ROUND=
   for h in ${HOSTS-8 16 32}; do  # HOSTS: the host-only budgets, GB (HOST_CPU_ROWS=0: no cpu-compute rows)

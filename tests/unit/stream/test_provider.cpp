@@ -20,6 +20,7 @@
 #include "stream/pack.h"
 #include "stream/provider.h"
 #include "stream/replay.h"
+#include "stream/setup.h"
 #include "stream/trace.h"
 #include "stream_fixture.h"
 
@@ -243,6 +244,22 @@ TEST(StreamProvider, LookaheadHintsAreUsedDroppedOrIgnored) {
     prov->hint(2, guess);
     EXPECT_EQ(prov->stats().prefetch_issued[kPrefetchLookahead], 0u);
   }
+}
+
+// DS4_EXPERT_PF_BUDGET=0 (that exact value) reads every lookahead guess: the budget's A/B on the
+// GPU machine (scripts/device/stream_evidence.sh PF_AB=1).
+TEST(StreamProvider, PrefetchBudgetSwitch) {
+  auto p = test::write_stream_model("prov_budget", test::stream_config());
+  Ref ref(p);
+  StreamingRequest r;
+  r.enable = true;
+  unsetenv("DS4_EXPERT_PF_BUDGET");
+  EXPECT_TRUE(setup_streaming(ref.g, r).provider->options().prefetch_budget);
+  setenv("DS4_EXPERT_PF_BUDGET", "1", 1);
+  EXPECT_TRUE(setup_streaming(ref.g, r).provider->options().prefetch_budget);
+  setenv("DS4_EXPERT_PF_BUDGET", "0", 1);
+  EXPECT_FALSE(setup_streaming(ref.g, r).provider->options().prefetch_budget);
+  unsetenv("DS4_EXPERT_PF_BUDGET");
 }
 
 TEST(StreamProvider, ProtectKeepsAPrefetchThroughDemandTraffic) {
