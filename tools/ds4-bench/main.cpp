@@ -153,9 +153,12 @@ int main(int argc, char** argv) {
           // reads there would otherwise have been; wasted = prefetched experts evicted unused.
           const double useful = d(c0->prefetch_useful, c1->prefetch_useful);
           const double wasted = d(c0->prefetch_wasted, c1->prefetch_wasted);
-          // Unused: prefetches of the interval not used in it (evicted, or cached and still
-          // waiting at its end): the upper bound of the waste, where "wasted" is its lower one.
-          const double unused = std::max(0.0, d(c0->prefetch_issued, c1->prefetch_issued) - useful);
+          // Unused: evicted unused in the interval plus every prefetch still unused at its end
+          // (cached or in flight, some of which the next token may use): the waste's upper
+          // bound, where "wasted" is its lower one.
+          const double unresolved_end = static_cast<double>(c1->prefetch_issued) -
+                                        static_cast<double>(c1->prefetch_useful + c1->prefetch_wasted);
+          const double unused = wasted + std::max(0.0, unresolved_end);
           const double demand = useful + d(c0->misses, c1->misses);
           fmt::print(stderr,
                      "ds4-bench: ctx {} generation experts: tokens={} gpu_hit={:.4f} host_hit={:.4f} "

@@ -323,19 +323,19 @@ int cmd_stream_bench(int argc, char** argv) {
                  s.prefetch_useful[kk] - at_start.prefetch_useful[kk], s.prefetch_wasted[kk] - at_start.prefetch_wasted[kk],
                  s.prefetch_dropped[kk] - at_start.prefetch_dropped[kk], s.prefetch_unresolved(kk));
     {
-      double useful = 0, wasted = 0, issued = 0;
+      double useful = 0, wasted = 0, unresolved = 0;
       for (int kk = 0; kk < 2; ++kk) {
         useful += d(s.prefetch_useful[kk], at_start.prefetch_useful[kk]);
         wasted += d(s.prefetch_wasted[kk], at_start.prefetch_wasted[kk]);
-        issued += d(s.prefetch_issued[kk], at_start.prefetch_issued[kk]);
+        unresolved += static_cast<double>(s.prefetch_unresolved(kk));
       }
       const double miss = d(s.misses, at_start.misses);
       // Coverage as the GPU evidence script counts it: demand reads a prefetch took over. Unused
-      // per useful: every prefetch of the interval not used in it (evicted or still waiting), the
-      // upper bound of the waste.
+      // per useful: the wasted ones plus every prefetch still unused at the end, the waste's
+      // upper bound (as ds4-bench's unused_per_useful).
       fmt::print("prefetch coverage {:.3f}, wasted per useful {:.3f}, unused per useful {:.3f}\n",
                  useful + miss > 0 ? useful / (useful + miss) : 0.0, useful > 0 ? wasted / useful : 0.0,
-                 useful > 0 ? std::max(0.0, issued - useful) / useful : 0.0);
+                 useful > 0 ? (wasted + unresolved) / useful : 0.0);
     }
     if (s.gpu_slots > 0)
       fmt::print("gpu tier (emulated in host memory): {} slots, hit {:.2f}%, {} evictions, {} copied in as transient{}\n",
