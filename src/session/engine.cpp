@@ -85,7 +85,9 @@ stream::StreamingRequest streaming_request(const EngineOptions& o) {
 bool device_streams_experts(const gguf::File& file, const EngineOptions& o) {
   if (o.backend == "cpu") return false;
   if (o.ssd_streaming) return true;
-  if (!file.find_tensor(stream::expert_tensor_name(0, 0))) return false;
+  // A file pruned per layer has no layout to stream by (pack-experts cannot free its experts):
+  // resident.
+  if (!file.find_tensor(stream::expert_tensor_name(0, 0)) || stream::experts_pruned_per_layer(file)) return false;
   return stream::count_freed_tensors(file, stream::ExpertLayout::from_gguf(file)) > 0;
 }
 }  // namespace session
@@ -223,7 +225,7 @@ void plan_residency(const gguf::File& file, const PlanDims& hp, const EngineOpti
     freed = stream::count_freed_tensors(file, layout) > 0;
   }
   if (device) {
-    if (!o.ssd_streaming && !freed) return;  // resident on the device
+    if (!session::device_streams_experts(file, o)) return;  // resident on the device
     need.weights_bytes = need.expert_bytes;  // the host holds only the expert cache
     need.session_bytes = 0;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -83,6 +84,11 @@ ExpertLayout ExpertLayout::from_gguf(const gguf::File& f) {
   out.n_layer = static_cast<int64_t>(out.layers.size());
   if (out.n_layer == 0) fail("{}: no routed-expert tensors (blk.0.ffn_gate_exps.weight)", f.path());
   return out;
+}
+
+bool experts_pruned_per_layer(const gguf::File& f) {
+  const auto per = f.get_int_array("deepseek4.expert_count_per_layer");
+  return per && std::adjacent_find(per->begin(), per->end(), std::not_equal_to<>()) != per->end();
 }
 
 }  // namespace ds4::stream

@@ -61,6 +61,11 @@ struct ExpertLayout {
   static ExpertLayout from_gguf(const gguf::File& f);
 };
 
+// Experts pruned per layer (ds4-gguf quantize --prune: deepseek4.expert_count_per_layer not all
+// equal): layers of different expert counts, which from_gguf's one count cannot describe, so
+// such a file never streams.
+bool experts_pruned_per_layer(const gguf::File& f);
+
 // "ffn_gate_exps" of layer 3 -> "blk.3.ffn_gate_exps.weight".
 std::string expert_tensor_name(int64_t layer, int c);
 

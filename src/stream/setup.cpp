@@ -21,16 +21,13 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   }
   // A file pruned per layer (ds4-gguf quantize --prune) has layers of different expert counts,
   // which the streaming store's layout (one count for all layers) cannot describe.
-  if (auto per = f.get_int_array("deepseek4.expert_count_per_layer")) {
-    const bool uneven = std::adjacent_find(per->begin(), per->end(), std::not_equal_to<>()) != per->end();
-    if (uneven) {
-      if (r.enable || !r.trace_path.empty())
-        fail("{}: --ssd-streaming / --trace-routing: experts were pruned per layer in this file "
-             "(deepseek4.expert_count_per_layer); streaming needs one expert count for all layers: stream the "
-             "unpruned file with --prune-mask instead",
-             f.path());
-      return s;
-    }
+  if (experts_pruned_per_layer(f)) {
+    if (r.enable || !r.trace_path.empty())
+      fail("{}: --ssd-streaming / --trace-routing: experts were pruned per layer in this file "
+           "(deepseek4.expert_count_per_layer); streaming needs one expert count for all layers: stream the "
+           "unpruned file with --prune-mask instead",
+           f.path());
+    return s;
   }
   const ExpertLayout layout = ExpertLayout::from_gguf(f);
   const bool freed = count_freed_tensors(f, layout) > 0;

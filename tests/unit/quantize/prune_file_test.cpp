@@ -24,6 +24,8 @@
 #include "quantize/prune_tensors.h"
 #include "quantize/quantize.h"
 #include "session/analysis.h"
+#include "session/engine_impl.h"
+#include "stream/layout.h"
 
 using namespace ds4;
 using namespace ds4::quantize;
@@ -129,6 +131,13 @@ TEST(PruneFile, DropsExpertsAndKeepsLogitsBitIdentical) {
   ASSERT_TRUE(per);
   EXPECT_EQ(*per, (std::vector<int64_t>{8, 8, 8, 6, 6, 4}));
   EXPECT_EQ(pf.get_int("deepseek4.expert_count"), 8);
+  // Such a file never streams: on a GPU it stays resident (and takes the resident default
+  // chunk) without the streaming layout, which cannot describe it, being read.
+  EXPECT_TRUE(stream::experts_pruned_per_layer(pf));
+  EXPECT_FALSE(stream::experts_pruned_per_layer(in));
+  EngineOptions gpu;
+  gpu.backend = "cuda";
+  EXPECT_FALSE(session::device_streams_experts(pf, gpu));
   // Size: against the same recipe without --prune, the file is smaller by the reported bytes
   // (8 of 48 experts' gate/up/down matrices, router rows and biases), up to the pruning
   // metadata and alignment padding (< 4 KiB here).
