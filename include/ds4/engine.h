@@ -199,6 +199,7 @@ struct EngineInfo {
 struct ExpertCounters {
   uint64_t tokens = 0, hits = 0, inflight_hits = 0, misses = 0, evictions = 0, reads = 0, bytes_read = 0;
   uint64_t prefetch_issued = 0, prefetch_useful = 0, prefetch_wasted = 0;  // hash + lookahead
+  uint64_t prefetch_unresolved = 0;  // prefetched, neither used nor evicted yet (waste if never used)
   double stall_seconds = 0;
   uint64_t cache_budget_bytes = 0, cache_bytes = 0;
   // The gpu tier (all 0 without one); hits/misses above are then the host tier's, which sees

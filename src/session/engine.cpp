@@ -496,6 +496,7 @@ std::optional<ExpertCounters> Engine::expert_counters() const {
     c.prefetch_issued += s.prefetch_issued[k];
     c.prefetch_useful += s.prefetch_useful[k];
     c.prefetch_wasted += s.prefetch_wasted[k];
+    c.prefetch_unresolved += s.prefetch_unresolved(k);
   }
   c.stall_seconds = static_cast<double>(s.stall_ns) / 1e9;
   c.cache_budget_bytes = s.budget_bytes, c.cache_bytes = s.cached_bytes;

@@ -156,9 +156,7 @@ int main(int argc, char** argv) {
           // Unused: evicted unused in the interval plus every prefetch still unused at its end
           // (cached or in flight, some of which the next token may use): the waste's upper
           // bound, where "wasted" is its lower one.
-          const double unresolved_end = static_cast<double>(c1->prefetch_issued) -
-                                        static_cast<double>(c1->prefetch_useful + c1->prefetch_wasted);
-          const double unused = wasted + std::max(0.0, unresolved_end);
+          const double unused = wasted + static_cast<double>(c1->prefetch_unresolved);
           const double demand = useful + d(c0->misses, c1->misses);
           fmt::print(stderr,
                      "ds4-bench: ctx {} generation experts: tokens={} gpu_hit={:.4f} host_hit={:.4f} "
