@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
@@ -245,6 +246,11 @@ ExpertProvider::~ExpertProvider() {
 std::unique_ptr<ExpertProvider> ExpertProvider::open(const gguf::File& f, const ProviderOptions& opt) {
   std::unique_ptr<ExpertProvider> p(new ExpertProvider);
   p->opt_ = opt;
+  // DS4_EXPERT_PF_BUDGET=0 (exactly): lookahead guesses are read even when the gap between layers
+  // cannot hold them (A/B of the budget: coverage against the demand they delay), for every
+  // front end (the engine, the logits dump, stream-bench), as DS4_EXPERT_GPU_ADMIT for the tier.
+  if (const char* env = std::getenv("DS4_EXPERT_PF_BUDGET"); env && std::strcmp(env, "0") == 0)
+    p->opt_.prefetch_budget = false;
   p->store_ = ExpertStore::open(f, opt.store);
   const ExpertLayout& L = p->store_->layout();
   if (p->opt_.record_reads && !p->store_->packed()) p->opt_.record_reads = false;

@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 
 #include "core/error.h"
@@ -45,10 +43,6 @@ StreamingSetup setup_streaming(const gguf::File& f, const StreamingRequest& r) {
   o.prefetch_hash = r.prefetch_hash;
   o.prefetch_lookahead = r.prefetch_lookahead;
   o.protect = r.protect;
-  // DS4_EXPERT_PF_BUDGET=0 (exactly): lookahead guesses are read even when the gap between
-  // layers cannot hold them (A/B of the budget: coverage against the demand they delay).
-  if (const char* env = std::getenv("DS4_EXPERT_PF_BUDGET"); env && std::strcmp(env, "0") == 0)
-    o.prefetch_budget = false;
   o.host_compute = r.host_compute;
   o.trace_path = r.trace_path;
   s.provider = ExpertProvider::open(f, o);
